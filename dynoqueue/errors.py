@@ -1,0 +1,77 @@
+"""The DynoQueueError hierarchy.
+
+Bad input raises an error that is also a ``ValueError`` before anything is written; failures of
+Redis itself are wrapped in :class:`RedisOperationError`, with the operation and key in the
+message and the redis-py exception chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class DynoQueueError(Exception):
+    """Base class of every error raised by dynoqueue."""
+
+
+class InvalidMessageError(DynoQueueError, ValueError):
+    """A message (or a batch of them) failed validation; nothing of the batch was written."""
+
+
+class PayloadTooLargeError(InvalidMessageError):
+    """A payload is larger than the queue's ``max_payload_bytes``."""
+
+
+class InvalidArgumentError(DynoQueueError, ValueError):
+    """An argument other than a message is out of range or of the wrong type."""
+
+
+class InvalidPatternError(InvalidArgumentError):
+    """A Lua pattern given to a predicate call is malformed."""
+
+
+class ConfigurationError(DynoQueueError, ValueError):
+    """A factory, shard supplier or sharding strategy was configured inconsistently."""
+
+
+class QueueClosedError(DynoQueueError, RuntimeError):
+    """The queue (or its RedisQueues factory) was closed."""
+
+
+class RedisOperationError(DynoQueueError):
+    """A Redis call failed.
+
+    Attributes:
+        operation: the dynoqueue operation that failed, e.g. ``"push"``.
+        key: the Redis key (or first key) the operation was working on.
+    """
+
+    def __init__(self, operation: str, key: str, message: str) -> None:
+        super().__init__(f"operation {operation} failed on key {key}: {message}")
+        self.operation = operation
+        self.key = key
+
+
+class QuorumNotReachedError(RedisOperationError):
+    """Fewer replicas than ``write_quorum`` acknowledged a write within ``write_quorum_timeout_ms``.
+
+    The write itself was applied on the primary and may still reach the replicas (or be lost on a
+    failover): its outcome is unknown, not failed. Retrying with the same message ids is safe,
+    because a push of an existing id replaces it instead of duplicating it.
+
+    Attributes:
+        acknowledged: how many replicas acknowledged.
+        required: how many were asked for.
+    """
+
+    def __init__(self, operation: str, key: str, acknowledged: int, required: int) -> None:
+        super().__init__(
+            operation,
+            key,
+            f"{acknowledged} of {required} replicas acknowledged the write in time; "
+            "the write was applied on the primary and its durability is unknown",
+        )
+        self.acknowledged = acknowledged
+        self.required = required
+
+
+class RedisServerNotFoundError(DynoQueueError, RuntimeError):
+    """No redis-server binary could be found to start an embedded topology."""

@@ -1,0 +1,103 @@
+"""Every Redis key name dynoqueue uses, in one place.
+
+For a queue ``Q`` under prefix ``P`` with shard ``S`` (the dyno-queues v1 layout):
+
+* ``P.MESSAGE.Q``  hash: id -> message JSON
+* ``P.QUEUE.Q.S``  zset: waiting ids, score = visibility time in epoch ms + priority / 100
+* ``P.UNACK.Q.S``  zset: popped, unacknowledged ids, score = lease expiry in epoch ms
+
+With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
+every key of one queue hashes to one slot and each Lua script stays single-slot.
+
+The doorbell a waiting pop listens on is a pub/sub channel named like the shard's queue key:
+pub/sub channels and keys are separate namespaces, so the name needs no further prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+# Braces would break Cluster hash tags; whitespace and control characters make keys unreadable.
+_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, value: object) -> str:
+    """Validate a key prefix, queue name or shard name.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigurationError: (a ValueError) for a non-string, empty string, or one containing
+            braces, whitespace or control characters.
+    """
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{kind} must be a non-empty str, got {value!r}")
+    if _FORBIDDEN.search(value):
+        raise ConfigurationError(
+            f"{kind} {value!r} must not contain braces, whitespace or control characters"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The key names of one queue over its shards.
+
+    Attributes:
+        prefix: the key prefix (dyno-queues' ``redisKeyPrefix``).
+        queue: the queue name.
+        shards: all shard names, in the order scripts receive them.
+        hash_tag: wrap the queue name in a Cluster hash tag.
+    """
+
+    prefix: str
+    queue: str
+    shards: tuple[str, ...]
+    hash_tag: bool = False
+
+    def __post_init__(self) -> None:
+        check_name("key prefix", self.prefix)
+        check_name("queue name", self.queue)
+        if not self.shards:
+            raise ConfigurationError("a queue needs at least one shard")
+        for shard in self.shards:
+            check_name("shard name", shard)
+        if len(set(self.shards)) != len(self.shards):
+            raise ConfigurationError(f"shard names must be unique, got {list(self.shards)}")
+
+    @property
+    def _tagged(self) -> str:
+        return f"{{{self.queue}}}" if self.hash_tag else self.queue
+
+    @property
+    def message_hash(self) -> str:
+        """``P.MESSAGE.Q``: the hash of message JSON by id, shared by all shards."""
+        return f"{self.prefix}.MESSAGE.{self._tagged}"
+
+    def queue_shard(self, shard: str) -> str:
+        """``P.QUEUE.Q.S``: waiting ids of one shard, scored by visibility time."""
+        return f"{self.prefix}.QUEUE.{self._tagged}.{shard}"
+
+    def unack_shard(self, shard: str) -> str:
+        """``P.UNACK.Q.S``: leased ids of one shard, scored by lease expiry."""
+        return f"{self.prefix}.UNACK.{self._tagged}.{shard}"
+
+    def doorbell(self, shard: str) -> str:
+        """The pub/sub channel rung when a shard's earliest visibility time moves earlier."""
+        return self.queue_shard(shard)
+
+    @property
+    def all_queue_shards(self) -> list[str]:
+        return [self.queue_shard(s) for s in self.shards]
+
+    @property
+    def all_unack_shards(self) -> list[str]:
+        return [self.unack_shard(s) for s in self.shards]
+
+    def all_keys(self) -> list[str]:
+        """The message hash, then every queue shard, then every unack shard."""
+        return [self.message_hash, *self.all_queue_shards, *self.all_unack_shards]

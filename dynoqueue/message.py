@@ -1,0 +1,141 @@
+"""Message: the unit a queue carries, its validation, and its dyno-queues compatible JSON codec.
+
+The stored JSON is exactly what the Java dyno-queues client writes (Jackson, non-empty fields),
+``{"id":"x1","payload":"hi","timeout":20000,"priority":3}``, so Java and Python clients can
+share a queue. ``payload`` is left out when it is None or empty; ``shard`` is never stored (it is
+filled in on messages returned by a pop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import InvalidMessageError, PayloadTooLargeError
+
+MIN_PRIORITY = 0
+MAX_PRIORITY = 99
+#: Default cap on a payload's UTF-8 size (1 MiB); RedisQueues(max_payload_bytes=...) changes it.
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+
+
+@dataclass(eq=False, slots=True)
+class Message:
+    """One queue message. Mirrors ``com.netflix.dyno.queues.Message``.
+
+    Args:
+        id: the message id, a non-empty string, unique within a queue. Pushing an id that is
+            already in the queue replaces that message.
+        payload: any string (often JSON), or None.
+        timeout: delay in milliseconds, >= 0, before the message becomes visible to pops,
+            counted from the push.
+        priority: 0..99. Only orders messages that fall due in the same millisecond; the lower
+            number is delivered first (score = due ms + priority / 100, as in dyno-queues).
+        shard: the shard a popped message came from; ignored by push.
+
+    Raises:
+        InvalidMessageError: (a ValueError) for an empty or non-string id, a non-string payload,
+            a negative or non-integer timeout, or a priority outside 0..99.
+
+    Messages compare equal, and hash, by id only, as in dyno-queues.
+    """
+
+    id: str
+    payload: str | None = None
+    timeout: int = 0
+    priority: int = 0
+    shard: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, max_payload_bytes: int | None = None) -> None:
+        """Check every field; also the payload size when ``max_payload_bytes`` is given.
+
+        Raises:
+            InvalidMessageError: a field is invalid (see the class docstring).
+            PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
+        """
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r}")
+        if self.payload is not None and not isinstance(self.payload, str):
+            raise InvalidMessageError(
+                f"message {self.id!r}: payload must be str or None, got {type(self.payload).__name__}"
+            )
+        if not _is_int(self.timeout) or self.timeout < 0:
+            raise InvalidMessageError(
+                f"message {self.id!r}: timeout must be an int >= 0 (ms), got {self.timeout!r}"
+            )
+        if not _is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise InvalidMessageError(
+                f"message {self.id!r}: priority must be an int in {MIN_PRIORITY}..{MAX_PRIORITY}, "
+                f"got {self.priority!r}"
+            )
+        if self.shard is not None and not isinstance(self.shard, str):
+            raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
+        if max_payload_bytes is not None and self.payload is not None:
+            size = len(self.payload.encode("utf-8"))
+            if size > max_payload_bytes:
+                raise PayloadTooLargeError(
+                    f"message {self.id!r}: payload is {size} bytes, over the limit of "
+                    f"{max_payload_bytes} bytes"
+                )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def to_json(self) -> bytes:
+        """Encode as dyno-queues JSON (UTF-8 bytes): id, payload if non-empty, timeout, priority."""
+        doc: dict[str, Any] = {"id": self.id}
+        if self.payload:
+            doc["payload"] = self.payload
+        doc["timeout"] = self.timeout
+        doc["priority"] = self.priority
+        return orjson.dumps(doc)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, shard: str | None = None) -> Message:
+        """Decode a stored message, tolerant of what the Java client writes.
+
+        Missing or null fields take their defaults and unknown fields are ignored, as Jackson
+        does for dyno-queues.
+
+        Args:
+            raw: the JSON text, as stored in the message hash.
+            shard: the shard to record on the returned message.
+
+        Returns:
+            The decoded Message.
+
+        Raises:
+            InvalidMessageError: the text is not a JSON object with a valid id and fields.
+        """
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidMessageError(f"stored message is not valid JSON: {raw[:80]!r}") from exc
+        if not isinstance(doc, dict):
+            raise InvalidMessageError(f"stored message is not a JSON object: {raw[:80]!r}")
+        return cls(
+            id=doc.get("id"),  # type: ignore[arg-type]  # validated in __post_init__
+            payload=doc.get("payload"),
+            timeout=doc.get("timeout") or 0,
+            priority=doc.get("priority") or 0,
+            shard=shard,
+        )
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply as str, whether the client decodes responses or returns bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
