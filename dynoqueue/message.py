@@ -62,7 +62,8 @@ class Message:
             raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r}")
         if self.payload is not None and not isinstance(self.payload, str):
             raise InvalidMessageError(
-                f"message {self.id!r}: payload must be str or None, got {type(self.payload).__name__}"
+                f"message {self.id!r}: payload must be str or None, "
+                f"got {type(self.payload).__name__}"
             )
         if not _is_int(self.timeout) or self.timeout < 0:
             raise InvalidMessageError(

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
@@ -448,7 +449,10 @@ class DynoQueue:
         return self._get("get", self._quorum, message_id)
 
     def local_get(self, message_id: str) -> Message | None:
-        """Like :meth:`get`, read on the non-quorum (local replica) connection. Mirrors ``localGet``."""
+        """Like :meth:`get`, read on the non-quorum (local replica) connection.
+
+        Mirrors ``localGet``.
+        """
         return self._get("local_get", self._non_quorum, message_id)
 
     def get_all_messages(self) -> list[Message]:
@@ -538,8 +542,8 @@ class DynoQueue:
         for shard in self.shards:
             keys = [self.keys.message_hash, self.keys.queue_shard(shard),
                     self.keys.unack_shard(shard)]
-            ids = self._read("find_stale_messages", keys[1],
-                             lambda k=keys: script(keys=k, args=[STALE_CHECK_LIMIT]))
+            ids = self._read("find_stale_messages", keys[1], partial(
+                script, keys=keys, args=[STALE_CHECK_LIMIT]))
             out += [Message(as_text(i), shard=shard) for i in ids]
         return out
 
@@ -697,7 +701,7 @@ class DynoQueue:
     def _wait_target(self, key: str) -> Any:
         """The client a write and its WAIT share: on Cluster, the primary owning the key's slot."""
         if isinstance(self._quorum, RedisCluster):
-            node = self._quorum.get_node_from_key(key)
+            node = self._quorum.get_node_from_key(key)  # type: ignore[no-untyped-call]
             return self._quorum.get_redis_connection(node)
         return self._quorum
 

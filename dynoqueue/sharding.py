@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class ShardSupplier(Protocol):
-    """Names the shards of a deployment and the local one. Mirrors dyno-queues' ``ShardSupplier``."""
+    """Names all shards and the local one. Mirrors dyno-queues' ``ShardSupplier``."""
 
     def get_queue_shards(self) -> list[str]:
         """All shard names, in a stable order. Mirrors ``getQueueShards``."""
         ...
 
     def get_current_shard(self) -> str:
-        """The local shard: pops, peeks and unack processing act on it. Mirrors ``getCurrentShard``."""
+        """The local shard, where pops and peeks act. Mirrors ``getCurrentShard``."""
         ...
 
 
