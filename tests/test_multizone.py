@@ -68,6 +68,11 @@ def test_non_quorum_reads_go_to_the_local_replica(ring, zone_queues) -> None:
     assert eventually(lambda: q.size() == 1)
     assert zcard_calls() > before
     assert eventually(lambda: q.local_get("m1") is not None)
+    # peek is a read-only script: it runs on the replica too (and sees m1 on shard b or c).
+    evals_before = int(replica.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    q.unsafe_peek_all_shards(5)
+    assert int(replica.info("commandstats")["cmdstat_evalsha"]["calls"]) > evals_before
+    assert [m.id for m in q.unsafe_peek_all_shards(5)] == ["m1"]
     replica.close()
 
 

@@ -518,3 +518,21 @@ def test_connection_errors_are_wrapped(prefix) -> None:
         q.size()
     assert isinstance(info.value.__cause__, redis.ConnectionError)
     queues.close()
+
+
+def test_the_doorbell_wakes_a_waiting_pop(make_queues) -> None:
+    """With polling every 5 s, only the doorbell can return the message well within a second."""
+    queues = make_queues(poll_interval_ms=5000)
+    q = queues.get(unique())
+    q.pop(1, wait_ms=1)  # subscribe first, so the timing below measures the wake-up only
+    producer = make_queues(key_prefix=queues.key_prefix).get(q.name)
+    pushed_at: list[float] = []
+
+    def push_later() -> None:
+        time.sleep(0.2)
+        pushed_at.append(time.monotonic())
+        producer.push([Message("b"), Message("c"), Message("rung")])
+
+    threading.Thread(target=push_later).start()
+    assert ids(q.pop(1, wait_ms=8000)) == ["rung"]
+    assert time.monotonic() - pushed_at[0] < 1.0
