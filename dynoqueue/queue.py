@@ -102,6 +102,11 @@ class DynoQueue:
         self._doorbell_lock = threading.Lock()
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
     def __repr__(self) -> str:
         return f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r})"
 

@@ -139,7 +139,8 @@ class RedisQueues:
             self._reprocessor.start()
 
     def get(self, queue_name: str) -> DynoQueue:
-        """The queue named ``queue_name``, created on first use; the same object every time.
+        """The queue named ``queue_name``, created on first use; the same object every time
+        (until that queue is closed on its own: then a new one replaces it).
 
         Mirrors ``get``.
 
@@ -152,7 +153,7 @@ class RedisQueues:
             if self._stop.is_set():
                 raise QueueClosedError("RedisQueues is closed")
             queue = self._queues.get(queue_name)
-            if queue is None:
+            if queue is None or queue.closed:
                 queue = DynoQueue(queue_name, **self._settings)
                 self._queues[queue_name] = queue
             return queue
@@ -196,6 +197,8 @@ class RedisQueues:
         for queue in self.queues():
             if self._stop.is_set():
                 break
+            if queue.closed:
+                continue
             try:
                 total += queue.process_unacks()
             except Exception:  # the reprocessor must survive anything (dyno-queues #85)

@@ -52,6 +52,19 @@ def test_get_returns_the_same_object_per_name(make_queues) -> None:
     assert first.unack_timeout_ms == 60_000
 
 
+def test_a_queue_closed_on_its_own_is_replaced_and_skipped(make_queues, caplog) -> None:
+    queues = make_queues()
+    first = queues.get("solo")
+    first.close()
+    assert first.closed
+    with pytest.raises(QueueClosedError):
+        first.pop(1)
+    assert queues.process_unacks() == 0
+    assert "failed" not in caplog.text
+    second = queues.get("solo")
+    assert second is not first and not second.closed
+
+
 def test_context_manager_closes_queues(redis_server, prefix) -> None:
     client = redis_server.client()
     with RedisQueues(client, client, key_prefix=prefix,
