@@ -14,6 +14,7 @@ from .errors import (
     QuorumNotReachedError,
     RedisOperationError,
     RedisServerNotFoundError,
+    RedisServerStartError,
 )
 from .message import Message
 from .queue import DynoQueue
@@ -45,6 +46,7 @@ __all__ = [
     "RedisOperationError",
     "RedisQueues",
     "RedisServerNotFoundError",
+    "RedisServerStartError",
     "RoundRobinStrategy",
     "ShardSupplier",
     "ShardingStrategy",

