@@ -230,7 +230,7 @@ class DynoQueue:
         """Same as :meth:`unsafe_pop_all_shards`. Mirrors ``unsafeBulkPop``."""
         return self._pop("unsafe_bulk_pop", self._others_first_local, count, wait_ms)
 
-    def pop_with_msg_id(self, message_id: str) -> Message | None:
+    def pop_with_msg_id(self, id: str) -> Message | None:
         """Lease one message by id if it waits in the local shard and is due.
 
         Mirrors ``popWithMsgId``, but respects the visibility time (dyno-queues did not).
@@ -239,18 +239,18 @@ class DynoQueue:
             The leased message, or None if it is not waiting locally or not yet due.
 
         Raises:
-            InvalidArgumentError: message_id is not a non-empty str.
+            InvalidArgumentError: id is not a non-empty str.
             RedisOperationError: Redis failed.
         """
-        return self._claim_id("pop_with_msg_id", message_id, [self._local])
+        return self._claim_id("pop_with_msg_id", id, [self._local])
 
-    def unsafe_pop_with_msg_id_all_shards(self, message_id: str) -> Message | None:
+    def unsafe_pop_with_msg_id_all_shards(self, id: str) -> Message | None:
         """Like :meth:`pop_with_msg_id`, searching every shard (local first).
 
         Mirrors ``unsafePopWithMsgIdAllShards``.
         """
         return self._claim_id(
-            "unsafe_pop_with_msg_id_all_shards", message_id, self._others_first_local
+            "unsafe_pop_with_msg_id_all_shards", id, self._others_first_local
         )
 
     def pop_msg_with_predicate(self, pattern: str, local_only: bool = False) -> Message | None:
@@ -282,7 +282,7 @@ class DynoQueue:
         )[0]
         return self._claimed_one(result, order)
 
-    def ack(self, message_id: str) -> bool:
+    def ack(self, id: str) -> bool:
         """End the lease of a popped message and delete it. Mirrors ``ack``.
 
         Returns:
@@ -290,10 +290,10 @@ class DynoQueue:
             popped, already acked or removed, or put back after its lease expired).
 
         Raises:
-            InvalidArgumentError: message_id is not a non-empty str.
+            InvalidArgumentError: id is not a non-empty str.
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
-        return self.ack_many([self._check_id(message_id)]) == 1
+        return self.ack_many([self._check_id(id)]) == 1
 
     def ack_many(self, ids: Iterable[str | Message]) -> int:
         """Ack many messages in as few round trips as possible. Mirrors ``ack(List<Message>)``.
@@ -318,7 +318,7 @@ class DynoQueue:
         calls = [(keys, checked[i:i + SCRIPT_BATCH]) for i in range(0, len(checked), SCRIPT_BATCH)]
         return sum(int(n) for n in self._write_many("ack", "ack", calls))
 
-    def set_unack_timeout(self, message_id: str, timeout_ms: int) -> bool:
+    def set_unack_timeout(self, id: str, timeout_ms: int) -> bool:
         """Set a leased message's lease to expire ``timeout_ms`` from now (extend or shorten).
 
         0 makes it eligible for the next unack processing run. Mirrors ``setUnackTimeout``.
@@ -330,9 +330,9 @@ class DynoQueue:
             InvalidArgumentError: bad id, or timeout_ms not an int >= 0.
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
-        return self._set_lease("set_unack_timeout", message_id, timeout_ms, only_if_shorter=False)
+        return self._set_lease("set_unack_timeout", id, timeout_ms, only_if_shorter=False)
 
-    def set_unack_timeout_if_shorter(self, message_id: str, timeout_ms: int) -> bool:
+    def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int) -> bool:
         """Like :meth:`set_unack_timeout`, but only if that brings the expiry earlier.
 
         Mirrors Conductor's ``setUnackTimeoutIfShorter``.
@@ -341,10 +341,10 @@ class DynoQueue:
             True if the lease was shortened; False if not leased or not shortened.
         """
         return self._set_lease(
-            "set_unack_timeout_if_shorter", message_id, timeout_ms, only_if_shorter=True
+            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True
         )
 
-    def set_timeout(self, message_id: str, timeout_ms: int) -> bool:
+    def set_timeout(self, id: str, timeout_ms: int) -> bool:
         """Make a waiting message due ``timeout_ms`` from now, keeping its priority.
 
         Also records the new delay in the stored message. A leased message is not changed.
@@ -357,29 +357,29 @@ class DynoQueue:
             InvalidArgumentError: bad id, or timeout_ms not an int >= 0.
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
-        self._check_id(message_id)
+        self._check_id(id)
         self._check_ms("timeout_ms", timeout_ms)
         self._check_open()
         keys = [self.keys.message_hash, *self.keys.all_queue_shards]
         for _ in range(_SET_TIMEOUT_ATTEMPTS):
             raw = self._read(
                 "set_timeout", self.keys.message_hash,
-                lambda: self._quorum.hget(self.keys.message_hash, message_id),
+                lambda: self._quorum.hget(self.keys.message_hash, id),
             )
             if raw is None:
                 return False
             old = Message.from_json(raw)
             old.timeout = timeout_ms
-            args = [self._now_arg(), message_id, timeout_ms, old.priority, raw, old.to_json()]
+            args = [self._now_arg(), id, timeout_ms, old.priority, raw, old.to_json()]
             (status,) = self._write_many("set_timeout", "set_timeout", [(keys, args)])
             if int(status) >= 0:
                 return int(status) == 1
         raise RedisOperationError(
             "set_timeout", self.keys.message_hash,
-            f"message {message_id!r} kept changing during {_SET_TIMEOUT_ATTEMPTS} attempts",
+            f"message {id!r} kept changing during {_SET_TIMEOUT_ATTEMPTS} attempts",
         )
 
-    def remove(self, message_id: str) -> bool:
+    def remove(self, id: str) -> bool:
         """Delete a message wherever it is, waiting or leased, with its payload.
 
         One script, so it is also :meth:`atomic_remove`. Mirrors ``remove`` (fixing its leak of
@@ -389,19 +389,19 @@ class DynoQueue:
             True if anything was removed, False if the id was unknown.
 
         Raises:
-            InvalidArgumentError: message_id is not a non-empty str.
+            InvalidArgumentError: id is not a non-empty str.
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
-        self._check_id(message_id)
+        self._check_id(id)
         self._check_open()
         (removed,) = self._write_many(
-            "remove", "remove", [(self.keys.all_keys(), [message_id])]
+            "remove", "remove", [(self.keys.all_keys(), [id])]
         )
         return bool(removed)
 
-    def atomic_remove(self, message_id: str) -> bool:
+    def atomic_remove(self, id: str) -> bool:
         """Same as :meth:`remove`. Mirrors ``atomicRemove``."""
-        return self.remove(message_id)
+        return self.remove(id)
 
     # ----------------------------------------------------------------------------- reading
 
@@ -427,7 +427,7 @@ class DynoQueue:
         """
         return self._peek("unsafe_peek_all_shards", self._others_first_local, count)
 
-    def contains(self, message_id: str) -> bool:
+    def contains(self, id: str) -> bool:
         """Whether a message is stored (waiting or leased), read on the quorum connection.
 
         Returns:
@@ -436,13 +436,13 @@ class DynoQueue:
         Raises:
             InvalidArgumentError, RedisOperationError.
         """
-        self._check_id(message_id)
+        self._check_id(id)
         return bool(self._read(
             "contains", self.keys.message_hash,
-            lambda: self._quorum.hexists(self.keys.message_hash, message_id),
+            lambda: self._quorum.hexists(self.keys.message_hash, id),
         ))
 
-    def get(self, message_id: str) -> Message | None:
+    def get(self, id: str) -> Message | None:
         """The stored message (waiting or leased), read on the quorum connection. Mirrors ``get``.
 
         Returns:
@@ -451,14 +451,14 @@ class DynoQueue:
         Raises:
             InvalidArgumentError, RedisOperationError.
         """
-        return self._get("get", self._quorum, message_id)
+        return self._get("get", self._quorum, id)
 
-    def local_get(self, message_id: str) -> Message | None:
+    def local_get(self, id: str) -> Message | None:
         """Like :meth:`get`, read on the non-quorum (local replica) connection.
 
         Mirrors ``localGet``.
         """
-        return self._get("local_get", self._non_quorum, message_id)
+        return self._get("local_get", self._non_quorum, id)
 
     def get_all_messages(self) -> list[Message]:
         """Every stored message, waiting or leased, read with HSCAN on the non-quorum connection.
@@ -639,10 +639,10 @@ class DynoQueue:
         return batch
 
     @staticmethod
-    def _check_id(message_id: object) -> str:
-        if not isinstance(message_id, str) or not message_id:
-            raise InvalidArgumentError(f"message id must be a non-empty str, got {message_id!r}")
-        return message_id
+    def _check_id(id: object) -> str:
+        if not isinstance(id, str) or not id:
+            raise InvalidArgumentError(f"message id must be a non-empty str, got {id!r}")
+        return id
 
     @staticmethod
     def _check_ms(name: str, value: object) -> int:
@@ -723,32 +723,32 @@ class DynoQueue:
         position, raw = result
         return Message.from_json(raw, shard=self.shards[order[int(position) - 1]])
 
-    def _claim_id(self, operation: str, message_id: str, order: list[int]) -> Message | None:
-        self._check_id(message_id)
+    def _claim_id(self, operation: str, id: str, order: list[int]) -> Message | None:
+        self._check_id(id)
         self._check_open()
         keys = self._claim_keys(order)
         (result,) = self._write_many(
             operation, "claim_id",
-            [(keys, [self._now_arg(), message_id, self.unack_timeout_ms])], replicate=False,
+            [(keys, [self._now_arg(), id, self.unack_timeout_ms])], replicate=False,
         )
         return self._claimed_one(result, order)
 
     def _set_lease(
-        self, operation: str, message_id: str, timeout_ms: int, *, only_if_shorter: bool
+        self, operation: str, id: str, timeout_ms: int, *, only_if_shorter: bool
     ) -> bool:
-        self._check_id(message_id)
+        self._check_id(id)
         self._check_ms("timeout_ms", timeout_ms)
         self._check_open()
-        args = [self._now_arg(), message_id, timeout_ms, "1" if only_if_shorter else "0"]
+        args = [self._now_arg(), id, timeout_ms, "1" if only_if_shorter else "0"]
         (changed,) = self._write_many(
             operation, "set_unack_timeout", [(self.keys.all_unack_shards, args)]
         )
         return bool(changed)
 
-    def _get(self, operation: str, conn: Any, message_id: str) -> Message | None:
-        self._check_id(message_id)
+    def _get(self, operation: str, conn: Any, id: str) -> Message | None:
+        self._check_id(id)
         raw = self._read(operation, self.keys.message_hash,
-                         lambda: conn.hget(self.keys.message_hash, message_id))
+                         lambda: conn.hget(self.keys.message_hash, id))
         return None if raw is None else Message.from_json(raw)
 
     def _peek(self, operation: str, order: list[int], count: int) -> list[Message]:
