@@ -55,7 +55,8 @@ class Message:
         """Check every field; also the payload size when ``max_payload_bytes`` is given.
 
         Raises:
-            InvalidMessageError: a field is invalid (see the class docstring).
+            InvalidMessageError: a field is invalid (see the class docstring), or the id or
+                payload holds a lone surrogate (not encodable as UTF-8).
             PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
         """
         if not isinstance(self.id, str) or not self.id:
@@ -76,13 +77,14 @@ class Message:
             )
         if self.shard is not None and not isinstance(self.shard, str):
             raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
-        if max_payload_bytes is not None and self.payload is not None:
-            size = len(self.payload.encode("utf-8"))
-            if size > max_payload_bytes:
-                raise PayloadTooLargeError(
-                    f"message {self.id!r}: payload is {size} bytes, over the limit of "
-                    f"{max_payload_bytes} bytes"
-                )
+        _utf8_size("id", self.id)
+        size = 0 if self.payload is None else _utf8_size(f"message {self.id!r}: payload",
+                                                          self.payload)
+        if max_payload_bytes is not None and size > max_payload_bytes:
+            raise PayloadTooLargeError(
+                f"message {self.id!r}: payload is {size} bytes, over the limit of "
+                f"{max_payload_bytes} bytes"
+            )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
@@ -131,6 +133,16 @@ class Message:
             priority=doc.get("priority") or 0,
             shard=shard,
         )
+
+
+def _utf8_size(what: str, text: str) -> int:
+    """UTF-8 size of ``text``; Redis and JSON carry only valid Unicode, so no lone surrogates."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            f"{what} is not valid Unicode text (lone surrogate at {exc.start})"
+        ) from None
 
 
 def as_text(value: Any) -> str:

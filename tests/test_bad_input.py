@@ -40,6 +40,8 @@ def queue(make_queues):
     {"id": "x", "timeout": -1},
     {"id": "x", "timeout": "10"},
     {"id": "x", "timeout": 2.0},
+    {"id": "\ud800"},
+    {"id": "x", "payload": "ok \udfff"},
 ])
 def test_invalid_messages_are_rejected_on_construction(fields) -> None:
     with pytest.raises(InvalidMessageError) as info:

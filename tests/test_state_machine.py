@@ -1,0 +1,369 @@
+"""Stateful property test: DynoQueue against a plain-Python model, on a real redis-server.
+
+A hypothesis ``RuleBasedStateMachine`` drives push, pop, unsafe_pop_all_shards, ack, remove,
+set_timeout, set_unack_timeout, process_unacks and ensure, plus an injected clock that only moves
+when the machine moves it (by small and large steps, and onto the ms around the next due time or
+lease expiry), and after every step compares size, shard_sizes, get / contains of
+every id of the pool, and the exact ordered lists peek and unsafe_peek_all_shards return.
+
+The model encodes the library's contract:
+
+* a waiting message's score is ``due_ms + priority / 100`` with ``due_ms = now + timeout``; it is
+  deliverable iff ``due_ms <= now``; pops and peeks go in (due_ms, priority, id bytes) order
+  (Redis breaks equal scores by member bytes, and UTF-8 bytes order is code point order);
+* pushes go round robin over ["a", "b", "c"], incrementing first (b, c, a, ...); ensure advances
+  the same counter even when it does not push;
+* a pop leases in the shard the message waited in, until ``now + unack_timeout_ms``;
+  process_unacks puts back only the local shard's expired leases, due at the lease expiry.
+
+Each example gets a fresh key prefix on the session redis-server, and its RedisQueues is closed
+(after clearing the queue) when the example ends. Runs once with a bytes client and, shorter,
+once with a decode_responses=True client.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from dynoqueue import DynoQueue, Message, RedisQueues, StaticShardSupplier
+from dynoqueue.embedded import RedisServer
+
+SHARDS = ["a", "b", "c"]
+LOCAL = "a"
+#: Small on purpose: re-pushes, ensure collisions and ties between equal scores happen often.
+#: Chosen so that bytes order differs from naive expectations ("Z" < "a" < "m10" < "m2" < "é").
+IDS = ["a", "m2", "m10", "Z", "é", 'q"1']
+PEEK_ALL = 1000
+
+ids = st.sampled_from(IDS)
+payloads = st.one_of(
+    st.none(),
+    st.text(alphabet='ab "\\{}%é€😀\n\t\x00\u2028', max_size=6),
+)
+# Mostly 0 or a few ms (so that messages fall due in the same ms and tie), sometimes seconds.
+delays = st.one_of(st.just(0), st.integers(0, 5), st.integers(0, 3000))
+# Few distinct priorities, so that equal scores (same due ms and priority) are common.
+priorities = st.one_of(st.sampled_from([0, 0, 1, 99]), st.integers(0, 99))
+messages = st.builds(Message, id=ids, payload=payloads, timeout=delays, priority=priorities)
+# Due at once or within a few ms, with one of two priorities: pops and ties between equal scores.
+due_messages = st.builds(
+    Message, id=ids, payload=payloads, timeout=st.integers(0, 2), priority=st.sampled_from([0, 99])
+)
+
+
+@dataclass
+class Entry:
+    """The model of one stored message."""
+
+    payload: str | None
+    timeout: int
+    priority: int
+    shard: str
+    leased: bool
+    due_ms: int = 0  # waiting: visible from this ms on (score = due_ms + priority / 100)
+    expiry_ms: int = 0  # leased: lease ends at this ms
+
+    def order_key(self, message_id: str) -> tuple[int, int, bytes]:
+        return (self.due_ms, self.priority, message_id.encode("utf-8"))
+
+
+def as_tuple(message: Message) -> tuple[Any, ...]:
+    return (message.id, message.payload, message.timeout, message.priority, message.shard)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    """DynoQueue (3 shards, local "a", injected clock) against :class:`Entry` records."""
+
+    #: Set by the pytest test before running the machine.
+    client: ClassVar[redis.Redis | None] = None
+    make_clock: ClassVar[Callable[[], Any] | None] = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queues: RedisQueues | None = None
+        self.queue: DynoQueue
+        self.clock: Any = None
+        self.model: dict[str, Entry] = {}
+        self.rr = 0
+        self.unack_timeout_ms = 1
+
+    # ------------------------------------------------------------------------------- set-up
+
+    @initialize(
+        unack_timeout_ms=st.one_of(st.integers(1, 10), st.integers(1, 5000)),
+        batch=st.lists(st.one_of(messages, due_messages), max_size=len(IDS)),
+    )
+    def start(self, unack_timeout_ms: int, batch: list[Message]) -> None:
+        assert self.client is not None and self.make_clock is not None
+        self.clock = self.make_clock()
+        self.unack_timeout_ms = unack_timeout_ms
+        self.queues = RedisQueues(
+            self.client, self.client,
+            key_prefix=f"sm{uuid.uuid4().hex[:12]}",
+            shard_supplier=StaticShardSupplier(SHARDS, LOCAL),
+            unack_handler_interval_ms=0,
+            unack_timeout_ms=unack_timeout_ms,
+            clock=self.clock,
+        )
+        self.queue = self.queues.get("q")
+        if batch:
+            self.push(batch)
+
+    def teardown(self) -> None:
+        if self.queues is not None:
+            try:
+                self.queue.clear()
+            finally:
+                self.queues.close()
+
+    # ------------------------------------------------------------------------------- model
+
+    @property
+    def now(self) -> int:
+        return int(self.clock.now_ms)
+
+    def next_shard(self) -> str:
+        self.rr += 1
+        if self.rr >= len(SHARDS):
+            self.rr = 0
+        return SHARDS[self.rr]
+
+    def model_push(self, message: Message, shard: str, now: int) -> None:
+        self.model[message.id] = Entry(
+            payload=message.payload or None,  # an empty payload is not stored
+            timeout=message.timeout,
+            priority=message.priority,
+            shard=shard,
+            leased=False,
+            due_ms=now + message.timeout,
+        )
+
+    def deliverable(self, shard: str) -> list[str]:
+        due = [
+            mid for mid, entry in self.model.items()
+            if entry.shard == shard and not entry.leased and entry.due_ms <= self.now
+        ]
+        return sorted(due, key=lambda mid: self.model[mid].order_key(mid))
+
+    def expected(self, mid: str, shard: str | None) -> tuple[Any, ...]:
+        entry = self.model[mid]
+        return (mid, entry.payload, entry.timeout, entry.priority, shard)
+
+    def expired_local_leases(self) -> list[str]:
+        return [
+            mid for mid, e in self.model.items()
+            if e.leased and e.shard == LOCAL and e.expiry_ms <= self.now
+        ]
+
+    def next_deadline(self) -> int | None:
+        """The earliest due time or lease expiry still in the future, if any."""
+        times = [e.expiry_ms if e.leased else e.due_ms for e in self.model.values()]
+        future = [t for t in times if t > self.now]
+        return min(future) if future else None
+
+    def lease(self, mids: list[str]) -> None:
+        for mid in mids:
+            entry = self.model[mid]
+            entry.leased = True
+            entry.expiry_ms = self.now + self.unack_timeout_ms
+
+    # ------------------------------------------------------------------------------- rules
+
+    @rule(ms=st.one_of(st.integers(0, 5), st.integers(0, 4000)))
+    def advance_clock(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @precondition(lambda self: self.next_deadline() is not None)
+    @rule(offset=st.sampled_from([-1, 0, 0, 1]))
+    def advance_to_next_deadline(self, offset: int) -> None:
+        """Move the clock to just before, onto or just after the next due time or lease expiry."""
+        deadline = self.next_deadline()
+        assert deadline is not None
+        self.clock.advance(max(0, deadline + offset - self.now))
+
+    @rule(batch=st.lists(messages, min_size=1, max_size=4))
+    def push(self, batch: list[Message]) -> None:
+        now = self.now
+        assert self.queue.push(batch) == [m.id for m in batch]
+        for message in batch:
+            self.model_push(message, self.next_shard(), now)
+
+    @rule(batch=st.lists(due_messages, min_size=1, max_size=6))
+    def push_due(self, batch: list[Message]) -> None:
+        self.push(batch)
+
+    @rule(
+        batch_ids=st.lists(ids, min_size=4, max_size=len(IDS), unique=True),
+        payload=payloads,
+        priority=st.sampled_from([0, 99]),
+    )
+    def push_same_score(self, batch_ids: list[str], payload: str | None, priority: int) -> None:
+        """Due-now messages with one score: each shard gets ties broken by id bytes."""
+        self.push([Message(mid, payload, 0, priority) for mid in batch_ids])
+
+    @rule(message=messages)
+    def ensure(self, message: Message) -> None:
+        shard = self.next_shard()
+        absent = message.id not in self.model
+        assert self.queue.ensure(message) is absent
+        if absent:
+            self.model_push(message, shard, self.now)
+
+    @rule(count=st.integers(1, 4))
+    def pop(self, count: int) -> None:
+        want = self.deliverable(LOCAL)[:count]
+        expect = [self.expected(mid, LOCAL) for mid in want]
+        got = [as_tuple(m) for m in self.queue.pop(count, wait_ms=0)]
+        assert got == expect
+        self.lease(want)
+
+    @precondition(lambda self: bool(self.deliverable(LOCAL)))
+    @rule(count=st.integers(1, 3))
+    def pop_when_due(self, count: int) -> None:
+        """Pop when something is due: plain pops mostly find the local shard empty."""
+        self.pop(count)
+
+    @rule(count=st.integers(1, 5))
+    def unsafe_pop_all_shards(self, count: int) -> None:
+        want = [(mid, s) for s in SHARDS for mid in self.deliverable(s)][:count]
+        expect = [self.expected(mid, s) for mid, s in want]
+        got = [as_tuple(m) for m in self.queue.unsafe_pop_all_shards(count, wait_ms=0)]
+        assert got == expect
+        self.lease([mid for mid, _ in want])
+
+    @rule(mid=ids)
+    def ack(self, mid: str) -> None:
+        leased = mid in self.model and self.model[mid].leased
+        assert self.queue.ack(mid) is leased
+        if leased:
+            del self.model[mid]
+
+    @rule(mid=ids)
+    def remove(self, mid: str) -> None:
+        present = mid in self.model
+        assert self.queue.remove(mid) is present
+        self.model.pop(mid, None)
+
+    @rule(mid=ids, timeout=delays)
+    def set_timeout(self, mid: str, timeout: int) -> None:
+        waiting = mid in self.model and not self.model[mid].leased
+        assert self.queue.set_timeout(mid, timeout) is waiting
+        if waiting:
+            entry = self.model[mid]
+            entry.timeout = timeout
+            entry.due_ms = self.now + timeout
+
+    @rule(mid=ids, timeout=st.one_of(st.integers(0, 5), st.integers(0, 5000)))
+    def set_unack_timeout(self, mid: str, timeout: int) -> None:
+        leased = mid in self.model and self.model[mid].leased
+        assert self.queue.set_unack_timeout(mid, timeout) is leased
+        if leased:
+            self.model[mid].expiry_ms = self.now + timeout
+
+    @precondition(lambda self: any(e.leased for e in self.model.values()))
+    @rule(data=st.data())
+    def ack_leased(self, data: st.DataObject) -> None:
+        """Ack or re-lease a leased id: ids from the pool miss leases more often than not."""
+        leased = sorted(mid for mid, e in self.model.items() if e.leased)
+        mid = data.draw(st.sampled_from(leased))
+        if data.draw(st.booleans()):
+            assert self.queue.ack(mid) is True
+            del self.model[mid]
+        else:
+            timeout = data.draw(st.integers(0, 10))
+            assert self.queue.set_unack_timeout(mid, timeout) is True
+            self.model[mid].expiry_ms = self.now + timeout
+
+    @rule(via_factory=st.booleans())
+    def process_unacks(self, via_factory: bool) -> None:
+        expired = self.expired_local_leases()
+        assert self.queues is not None
+        run = self.queues.process_unacks if via_factory else self.queue.process_unacks
+        assert run() == len(expired)
+        for mid in expired:
+            entry = self.model[mid]
+            entry.leased = False
+            entry.due_ms = entry.expiry_ms
+
+    @precondition(lambda self: bool(self.expired_local_leases()))
+    @rule()
+    def process_expired_unacks(self) -> None:
+        """Process unacks when a local lease has expired (then it requeues something)."""
+        self.process_unacks(via_factory=False)
+
+    # ------------------------------------------------------------------------------- checks
+
+    @invariant()
+    def sizes_match(self) -> None:
+        if self.queues is None:
+            return
+        expect = {s: {"size": 0, "uacked": 0} for s in SHARDS}
+        for entry in self.model.values():
+            expect[entry.shard]["uacked" if entry.leased else "size"] += 1
+        assert self.queue.shard_sizes() == expect
+        assert self.queue.size() == sum(v["size"] for v in expect.values())
+
+    @invariant()
+    def stored_messages_match(self) -> None:
+        if self.queues is None:
+            return
+        for mid in IDS:
+            got = self.queue.get(mid)
+            if mid in self.model:
+                assert got is not None and as_tuple(got) == self.expected(mid, None)
+            else:
+                assert got is None
+            assert self.queue.contains(mid) is (mid in self.model)
+
+    @invariant()
+    def deliverable_match(self) -> None:
+        if self.queues is None:
+            return
+        local = [as_tuple(m) for m in self.queue.peek(PEEK_ALL)]
+        assert local == [self.expected(mid, LOCAL) for mid in self.deliverable(LOCAL)]
+        everywhere = [as_tuple(m) for m in self.queue.unsafe_peek_all_shards(PEEK_ALL)]
+        assert everywhere == [
+            self.expected(mid, s) for s in SHARDS for mid in self.deliverable(s)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("decode_responses", "max_examples"), [(False, 150), (True, 40)], ids=["bytes", "decoded"]
+)
+def test_queue_matches_model(
+    redis_server: RedisServer, clock: Any, decode_responses: bool, max_examples: int
+) -> None:
+    client = redis_server.client(decode_responses=decode_responses)
+    clock_type = type(clock)  # conftest's FakeClock: a fresh one per example
+    QueueMachine.client = client
+    QueueMachine.make_clock = clock_type
+    try:
+        run_state_machine_as_test(
+            QueueMachine,
+            settings=settings(
+                max_examples=max_examples,
+                stateful_step_count=40,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+    finally:
+        QueueMachine.client = None
+        QueueMachine.make_clock = None
+        client.close()
