@@ -201,7 +201,9 @@ class DynoQueue:
 
         Args:
             count: most messages to return, >= 0 (0 returns [] at once).
-            wait_ms: longest wait in milliseconds for the first ``count`` messages, >= 0.
+            wait_ms: longest wait in milliseconds for the first ``count`` messages, >= 0. Keep
+                it well below ``unack_timeout_ms``: the leases of messages claimed early in a
+                long wait run while the pop still waits.
 
         Returns:
             The leased messages, each with ``shard`` set; [] if none was due in time.
@@ -805,14 +807,17 @@ class DynoQueue:
         deadline = time.monotonic() + wait_ms / 1000
         bell = self._ensure_doorbell()
         channels = [self.keys.doorbell(self.shards[i]) for i in order]
-        claimed: list[Message] = []
+        # By id: if this pop waits longer than the lease, the unack reprocessor may put back a
+        # message it already holds; claiming it again renews the lease, and it is returned once.
+        claimed: dict[str, Message] = {}
         while True:
             ticket = bell.ticket(channels)
             got, next_due_ms = self._claim_once(order, count - len(claimed))
-            claimed += got
+            for message in got:
+                claimed[message.id] = message
             remaining = deadline - time.monotonic()
             if len(claimed) >= count or remaining <= 0 or self._closed:
-                return claimed
+                return list(claimed.values())
             sleep = min(remaining, self._poll_interval_s if bell.listening else _FALLBACK_POLL_S)
             if next_due_ms is not None:
                 sleep = min(sleep, max(next_due_ms, 1) / 1000)

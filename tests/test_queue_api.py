@@ -549,3 +549,13 @@ def test_the_doorbell_wakes_a_waiting_pop(make_queues) -> None:
     threading.Thread(target=push_later).start()
     assert ids(q.pop(1, wait_ms=8000)) == ["rung"]
     assert time.monotonic() - pushed_at[0] < 1.0
+
+
+def test_a_pop_waiting_longer_than_the_lease_returns_each_message_once(make_queues) -> None:
+    """The reprocessor may put back what this very pop leased; it is returned once, re-leased."""
+    q = make_queues(shard_supplier=SingleShardSupplier("s"), unack_timeout_ms=100,
+                    unack_handler_interval_ms=20).get(unique())
+    q.push([Message("m1"), Message("m2")])
+    popped = q.pop(5, wait_ms=700)
+    assert sorted(ids(popped)) == ["m1", "m2"]
+    assert q.ack("m1") and q.ack("m2")
