@@ -559,3 +559,17 @@ def test_a_pop_waiting_longer_than_the_lease_returns_each_message_once(make_queu
     popped = q.pop(5, wait_ms=700)
     assert sorted(ids(popped)) == ["m1", "m2"]
     assert q.ack("m1") and q.ack("m2")
+
+
+def test_close_releases_a_waiting_pop(make_queues) -> None:
+    queues = make_queues()
+    q = queues.get(unique())
+    results: list[list[Message]] = []
+    waiter = threading.Thread(target=lambda: results.append(q.pop(1, wait_ms=10_000)))
+    waiter.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    queues.close()
+    waiter.join(timeout=5)
+    assert not waiter.is_alive() and results == [[]]
+    assert time.monotonic() - started < 3.0
