@@ -85,7 +85,7 @@ class DynoQueue:
         self.shards = list(self.keys.shards)
         self.local_shard = local_shard
         self._local = self.shards.index(local_shard)
-        self._others_first_local = [self._local] + [
+        self._local_first = [self._local] + [
             i for i in range(len(self.shards)) if i != self._local
         ]
         self._quorum = quorum_conn
@@ -226,11 +226,11 @@ class DynoQueue:
         each message's own shard, so the unack reprocessor of that shard's zone puts back
         what is not acked. Mirrors ``unsafePopAllShards``.
         """
-        return self._pop("unsafe_pop_all_shards", self._others_first_local, count, wait_ms)
+        return self._pop("unsafe_pop_all_shards", self._local_first, count, wait_ms)
 
     def unsafe_bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
         """Same as :meth:`unsafe_pop_all_shards`. Mirrors ``unsafeBulkPop``."""
-        return self._pop("unsafe_bulk_pop", self._others_first_local, count, wait_ms)
+        return self._pop("unsafe_bulk_pop", self._local_first, count, wait_ms)
 
     def pop_with_msg_id(self, id: str) -> Message | None:
         """Lease one message by id if it waits in the local shard and is due.
@@ -252,7 +252,7 @@ class DynoQueue:
         Mirrors ``unsafePopWithMsgIdAllShards``.
         """
         return self._claim_id(
-            "unsafe_pop_with_msg_id_all_shards", id, self._others_first_local
+            "unsafe_pop_with_msg_id_all_shards", id, self._local_first
         )
 
     def pop_msg_with_predicate(self, pattern: str, local_only: bool = False) -> Message | None:
@@ -276,7 +276,7 @@ class DynoQueue:
         """
         self._check_pattern(pattern)
         self._check_open()
-        order = [self._local] if local_only else self._others_first_local
+        order = [self._local] if local_only else self._local_first
         keys = self._claim_keys(order)
         result = self._write_many(
             "pop_msg_with_predicate", "claim_match",
@@ -364,7 +364,7 @@ class DynoQueue:
         self._check_open()
         keys = [self.keys.message_hash, *self.keys.all_queue_shards]
         for _ in range(_SET_TIMEOUT_ATTEMPTS):
-            raw = self._read(
+            raw = self._call(
                 "set_timeout", self.keys.message_hash,
                 lambda: self._quorum.hget(self.keys.message_hash, id),
             )
@@ -427,7 +427,7 @@ class DynoQueue:
 
         Mirrors ``unsafePeekAllShards`` (which could return more than asked).
         """
-        return self._peek("unsafe_peek_all_shards", self._others_first_local, count)
+        return self._peek("unsafe_peek_all_shards", self._local_first, count)
 
     def contains(self, id: str) -> bool:
         """Whether a message is stored (waiting or leased), read on the quorum connection.
@@ -439,7 +439,7 @@ class DynoQueue:
             InvalidArgumentError, RedisOperationError.
         """
         self._check_id(id)
-        return bool(self._read(
+        return bool(self._call(
             "contains", self.keys.message_hash,
             lambda: self._quorum.hexists(self.keys.message_hash, id),
         ))
@@ -478,7 +478,7 @@ class DynoQueue:
             for _, raw in self._non_quorum.hscan_iter(self.keys.message_hash, count=500):
                 out.append(Message.from_json(raw))
             return out
-        return self._read("get_all_messages", self.keys.message_hash, scan)
+        return self._call("get_all_messages", self.keys.message_hash, scan)
 
     def contains_predicate(self, pattern: str, local_only: bool = False) -> bool:
         """Whether a stored message's JSON matches a Lua pattern. Mirrors ``containsPredicate``."""
@@ -504,7 +504,7 @@ class DynoQueue:
         self._check_pattern(pattern)
         keys = [self.keys.message_hash, self.keys.queue_shard(self.local_shard)]
         script = self._read_scripts["find_match"]
-        found = self._read(
+        found = self._call(
             "get_msg_with_predicate", keys[0],
             lambda: script(keys=keys, args=[pattern, "1" if local_only else "0"]),
         )
@@ -529,7 +529,7 @@ class DynoQueue:
                 pipe.zcard(self.keys.queue_shard(shard))
                 pipe.zcard(self.keys.unack_shard(shard))
             return list(pipe.execute())
-        counts = self._read("shard_sizes", self.keys.queue_shard(self.local_shard), count)
+        counts = self._call("shard_sizes", self.keys.queue_shard(self.local_shard), count)
         return {
             shard: {"size": int(counts[2 * i]), "uacked": int(counts[2 * i + 1])}
             for i, shard in enumerate(self.shards)
@@ -549,7 +549,7 @@ class DynoQueue:
         for shard in self.shards:
             keys = [self.keys.message_hash, self.keys.queue_shard(shard),
                     self.keys.unack_shard(shard)]
-            ids = self._read("find_stale_messages", keys[1], partial(
+            ids = self._call("find_stale_messages", keys[1], partial(
                 script, keys=keys, args=[STALE_CHECK_LIMIT]))
             out += [Message(as_text(i), shard=shard) for i in ids]
         return out
@@ -603,7 +603,7 @@ class DynoQueue:
         """
         self._check_open()
         keys = self.keys.all_keys()
-        self._read("clear", keys[0], lambda: self._quorum.delete(*keys))
+        self._call("clear", keys[0], lambda: self._quorum.delete(*keys))
 
     def close(self) -> None:
         """Stop this queue's doorbell listener; later calls raise QueueClosedError.
@@ -668,7 +668,6 @@ class DynoQueue:
         except RedisError as exc:
             raise RedisOperationError(operation, key, str(exc)) from exc
 
-    _read = _call
 
     def _write_many(
         self,
@@ -749,7 +748,7 @@ class DynoQueue:
 
     def _get(self, operation: str, conn: Any, id: str) -> Message | None:
         self._check_id(id)
-        raw = self._read(operation, self.keys.message_hash,
+        raw = self._call(operation, self.keys.message_hash,
                          lambda: conn.hget(self.keys.message_hash, id))
         return None if raw is None else Message.from_json(raw)
 
@@ -759,7 +758,7 @@ class DynoQueue:
             return []
         keys = [self.keys.message_hash, *(self.keys.queue_shard(self.shards[i]) for i in order)]
         script = self._read_scripts["peek"]
-        flat = self._read(operation, keys[1],
+        flat = self._call(operation, keys[1],
                           lambda: script(keys=keys, args=[self._now_arg(), count]))
         return [
             Message.from_json(flat[i + 1], shard=self.shards[order[int(flat[i]) - 1]])
