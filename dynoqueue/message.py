@@ -137,6 +137,8 @@ class Message:
 
 def _utf8_size(what: str, text: str) -> int:
     """UTF-8 size of ``text``; Redis and JSON carry only valid Unicode, so no lone surrogates."""
+    if text.isascii():  # the common case: its size is its length, without an encoded copy
+        return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -668,7 +668,6 @@ class DynoQueue:
         except RedisError as exc:
             raise RedisOperationError(operation, key, str(exc)) from exc
 
-
     def _write_many(
         self,
         operation: str,
