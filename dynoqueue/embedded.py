@@ -682,12 +682,8 @@ class RedisServer:
             self._paused = False
 
     def __enter__(self) -> RedisServer:
-        """Start the server if it is not running yet and return it."""
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
+        """Start the server if it is not running yet and return it (a failed start cleans up)."""
+        return self.start()
 
     def __exit__(
         self,
@@ -881,22 +877,6 @@ class ZoneRing(Topology):
     def servers(self) -> list[RedisServer]:
         """Return the primary followed by the replicas, in zone order."""
         return [self.primary, *self.replicas.values()]
-
-    def start(self) -> ZoneRing:
-        """Start the primary and the replicas and wait until all replicas are in sync.
-
-        On any failure every server already started is stopped before the error propagates.
-
-        Returns:
-            This ring.
-
-        Raises:
-            RedisServerNotFoundError: no redis-server binary was found.
-            RedisServerStartError: a server did not start, or the replicas were not all in
-                sync within ``sync_timeout_s`` seconds.
-        """
-        super().start()
-        return self
 
     def _start(self) -> None:
         self._add(self.primary).start()
