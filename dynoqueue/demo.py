@@ -787,13 +787,8 @@ def _run(
         if options.redis_url and zones:  # a shared server: leave nothing behind
             with contextlib.suppress(DynoQueueError):
                 next(iter(zones.values())).queue.clear()
-        # Each close joins a doorbell listener (up to half a second): close the zones together.
-        closers = [threading.Thread(target=zone.factory.close, name=f"demo-close-{zone.name}")
-                   for zone in zones.values()]
-        for thread in closers:
-            thread.start()
-        for thread in closers:
-            thread.join()
+        for zone in zones.values():
+            zone.factory.close()
     return _report(options, reminders, offsets, compression, topology, prefix, tracker, sizes,
                    (finished_ms - start_ms) / 1000)
 

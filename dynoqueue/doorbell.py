@@ -23,7 +23,9 @@ from .message import as_text
 
 log = logging.getLogger("dynoqueue.doorbell")
 
-_LISTEN_TICK_S = 0.5  # how often the listener checks whether it was closed
+# How often the listener checks whether it was closed, so also how long close() may wait. Only a
+# local select() on the subscription socket: it sends Redis nothing.
+_LISTEN_TICK_S = 0.1
 _RECONNECT_DELAY_S = (0.05, 1.0)  # first and longest pause between reconnection attempts
 
 
