@@ -1,16 +1,18 @@
 # dynoqueue developer tasks. Everything runs from a virtualenv in .venv (created with python3).
 #   make test          lint, type-check and run the test suite (what CI runs)
 #   make demo ARGS=... run the demo CLI
+#   make spark-demo ARGS=...  the Spark pipeline on a month of flights (needs Java 17+)
+#   make bench ARGS=...       the benchmark suite against peer queues and the Redis limit
 
 PYTHON3 ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.stamp-install
-EXTRAS  := dev,demo,embedded,hiredis
+EXTRAS  := dev,demo,embedded,hiredis,spark,bench
 ARGS    ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis demo test lint typecheck clean distclean
+.PHONY: venv install redis java demo spark-demo bench test lint typecheck clean distclean
 
 # venv / install: create .venv and pip install -e the package with its dev extras (re-runs only
 # when pyproject.toml or setup.cfg change, thanks to the stamp file).
@@ -28,12 +30,24 @@ $(STAMP): $(wildcard pyproject.toml setup.cfg) | $(PY)
 redis: $(STAMP)
 	tools/ensure-redis-server.sh $(PY)
 
+# java: make sure a Java 17+ runtime exists for Spark (PATH, JAVA_HOME, apt-get as root).
+java:
+	tools/ensure-java.sh
+
 # demo: run the dynoqueue demo against embedded Redis servers; pass options in ARGS.
 demo: $(STAMP) redis
 	$(PY) -m dynoqueue demo $(ARGS)
 
+# spark-demo: the Spark scheduling pipeline (dynoqueue data source) on real flights data.
+spark-demo: $(STAMP) redis java
+	$(PY) -m dynoqueue spark-demo $(ARGS)
+
+# bench: the benchmark suite (dynoqueue vs bullmq, rq, dramatiq, huey, saq and raw Redis).
+bench: $(STAMP) redis
+	$(PY) -m dynoqueue bench $(ARGS)
+
 # test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
-test: $(STAMP) redis
+test: $(STAMP) redis java
 	$(PY) -m ruff check dynoqueue tests benchmarks
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest

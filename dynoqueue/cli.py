@@ -4,6 +4,10 @@ Subcommands:
 
 * ``dynoqueue demo``: boarding reminders for one day of 2013 New York City flights over a local
   3-zone Redis ring (see :mod:`dynoqueue.demo` and ``docs/demo.md``).
+* ``dynoqueue spark-demo``: the same reminders for a month (or a year) of flights, scheduled and
+  consumed by Spark through the ``dynoqueue`` data source (see :mod:`dynoqueue.spark`).
+* ``dynoqueue bench``: the benchmark suite against peer queue libraries and the Redis limit (lives
+  in ``benchmarks/`` of a source checkout).
 
 Exit codes: 0 success; 1 the demo ran and an invariant failed; 2 usage errors and missing
 prerequisites (the flights table, a redis-server binary, an unreachable ``--redis-url``).
@@ -15,6 +19,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -74,7 +79,37 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     _add_demo(commands)
+    _add_spark_demo(commands)
+    _add_bench(commands)
     return parser
+
+
+def _add_spark_demo(commands: Any) -> None:
+    # Light import: dynoqueue.spark.cli imports pyspark only when the command runs.
+    from .spark.cli import add_parser
+
+    add_parser(commands)
+
+
+def _add_bench(commands: Any) -> None:
+    # The suite is a dev tool kept in benchmarks/ beside the package, not installed with it: an
+    # editable install (make bench) finds it next to the package directory.
+    root = Path(__file__).resolve().parent.parent
+    if (root / "benchmarks" / "__init__.py").is_file() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        from benchmarks.cli import add_parser  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        bench = commands.add_parser("bench", help="benchmark suite (needs a source checkout)")
+        bench.set_defaults(handler=_bench_unavailable)
+        return
+    add_parser(commands)
+
+
+def _bench_unavailable(args: argparse.Namespace) -> int:
+    print("dynoqueue bench: the benchmark suite lives in benchmarks/ of a source checkout. "
+          "Clone the repository and run `make bench` there.", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _add_demo(commands: Any) -> None:

@@ -36,9 +36,12 @@ class Doorbell:
         conn: the redis-py client to subscribe through (the quorum connection: scripts publish
             on the primary).
         channels: the channel names, one per shard.
+        enabled: False for servers without pub/sub (Dynomite): no thread, no subscription;
+            :meth:`wait` only sleeps, so waiting pops poll.
     """
 
-    def __init__(self, conn: Any, channels: Sequence[str]) -> None:
+    def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
+        self.enabled = enabled
         self._conn = conn
         self._channels = list(channels)
         self._rings = dict.fromkeys(self._channels, 0)
@@ -46,7 +49,8 @@ class Doorbell:
         self._listening = False
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dynoqueue-doorbell", daemon=True)
-        self._thread.start()
+        if enabled:
+            self._thread.start()
 
     @property
     def listening(self) -> bool:
@@ -81,7 +85,8 @@ class Doorbell:
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
-        self._thread.join(timeout=5)
+        if self.enabled:
+            self._thread.join(timeout=5)
 
     def _bump(self, channel: str | None) -> None:
         with self._cond:

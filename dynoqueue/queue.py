@@ -76,6 +76,7 @@ class DynoQueue:
         max_payload_bytes: int,
         poll_interval_ms: int,
         hash_tag: bool = False,
+        doorbell: bool = True,
     ) -> None:
         self.keys = QueueKeys(key_prefix, name, tuple(shards), hash_tag)
         if local_shard not in self.keys.shards:
@@ -96,8 +97,9 @@ class DynoQueue:
         self._clock = clock
         self._max_payload_bytes = max_payload_bytes
         self._poll_interval_s = poll_interval_ms / 1000
-        self._write_scripts = scripts.register(quorum_conn, scripts.WRITE_SCRIPTS)
-        self._read_scripts = scripts.register(non_quorum_conn, scripts.READ_SCRIPTS)
+        self._write_scripts = scripts.register(quorum_conn, scripts.WRITE_SCRIPTS, doorbell)
+        self._read_scripts = scripts.register_read(non_quorum_conn, scripts.READ_SCRIPTS)
+        self._doorbell_enabled = doorbell
         self._doorbell: Doorbell | None = None
         self._doorbell_lock = threading.Lock()
         self._closed = False
@@ -816,7 +818,9 @@ class DynoQueue:
             remaining = deadline - time.monotonic()
             if len(claimed) >= count or remaining <= 0 or self._closed:
                 return list(claimed.values())
-            sleep = min(remaining, self._poll_interval_s if bell.listening else _FALLBACK_POLL_S)
+            # A lost subscription polls often; no doorbell at all (Dynomite) polls as configured.
+            polling = bell.listening or not bell.enabled
+            sleep = min(remaining, self._poll_interval_s if polling else _FALLBACK_POLL_S)
             if next_due_ms is not None:
                 sleep = min(sleep, max(next_due_ms, 1) / 1000)
             bell.wait(channels, ticket, sleep)
@@ -826,8 +830,9 @@ class DynoQueue:
             self._check_open()
             if self._doorbell is None:
                 channels = [self.keys.doorbell(s) for s in self.shards]
-                self._doorbell = Doorbell(self._quorum, channels)
-                # Subscribe before the first claim, or a ring in between would be missed.
-                self._doorbell.wait_until_listening(timeout_s=2.0)
+                self._doorbell = Doorbell(self._quorum, channels, self._doorbell_enabled)
+                if self._doorbell_enabled:
+                    # Subscribe before the first claim, or a ring in between would be missed.
+                    self._doorbell.wait_until_listening(timeout_s=2.0)
             return self._doorbell
 

@@ -54,6 +54,12 @@ class RedisQueues:
             (a producer that does not ring, such as the Java client), ms, >= 1 (default 1 s).
         hash_tag: wrap queue names in a Redis Cluster hash tag (``P.QUEUE.{Q}.S``); default:
             on when ``quorum_conn`` is a ``RedisCluster``.
+        doorbell: scripts PUBLISH a pub/sub doorbell that wakes waiting pops (default True);
+            False for servers without pub/sub (Dynomite): waiting pops then poll every
+            ``poll_interval_ms`` (or at the next due time, if sooner).
+
+    The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
+    connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
 
     Raises:
         ConfigurationError: (a ValueError) an argument is out of range or inconsistent.
@@ -75,6 +81,7 @@ class RedisQueues:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         poll_interval_ms: int = 1000,
         hash_tag: bool | None = None,
+        doorbell: bool = True,
     ) -> None:
         for conn_name, conn in (("quorum_conn", quorum_conn), ("non_quorum_conn", non_quorum_conn)):
             if not callable(getattr(conn, "register_script", None)):
@@ -127,7 +134,9 @@ class RedisQueues:
             max_payload_bytes=max_payload_bytes,
             poll_interval_ms=poll_interval_ms,
             hash_tag=hash_tag,
+            doorbell=bool(doorbell),
         )
+        self._owned: list[Any] = []
         self._queues: dict[str, DynoQueue] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -166,13 +175,63 @@ class RedisQueues:
     def close(self) -> None:
         """Stop and join the unack reprocessor, then close every queue. Idempotent.
 
-        The connections are the caller's and stay open. Mirrors ``close``.
+        Connections passed to the constructor are the caller's and stay open; those a builder
+        (:meth:`from_url`, ...) made are closed. Mirrors ``close``.
         """
         self._stop.set()
         if self._reprocessor is not None:
             self._reprocessor.join()
         for queue in self.queues():
             queue.close()
+        owned, self._owned = self._owned, []
+        for client in owned:
+            client.close()
+
+    def own_connections(self, clients: list[Any]) -> None:
+        """Take ownership of ``clients``: :meth:`close` will close them (used by builders)."""
+        self._owned.extend(clients)
+
+    # The builders live in dynoqueue.connect; these are their documented entry points.
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisQueues:
+        """Build from a deployment URL: ``redis://``, ``rediss://``, ``unix://``,
+        ``redis+sentinel://``, ``redis+cluster://`` (TLS: ``rediss...``). See
+        :func:`dynoqueue.connect.from_url` for the arguments (``zones``, ``local_zone``,
+        ``replica_urls``, ``key_prefix``, ``retry``, ``dynomite``, ...).
+
+        Raises:
+            ConfigurationError: a bad URL or setting.
+        """
+        from .connect import from_url
+
+        return from_url(url, **kwargs)
+
+    @classmethod
+    def from_sentinel(
+        cls, sentinels: Any, service_name: str, **kwargs: Any
+    ) -> RedisQueues:
+        """Build on a Sentinel-managed primary that is followed through failovers. See
+        :func:`dynoqueue.connect.from_sentinel`.
+
+        Raises:
+            ConfigurationError: a bad sentinel list or setting.
+        """
+        from .connect import from_sentinel
+
+        return from_sentinel(sentinels, service_name, **kwargs)
+
+    @classmethod
+    def from_cluster(cls, nodes: Any, **kwargs: Any) -> RedisQueues:
+        """Build on a Redis Cluster, one hash slot per queue, reads on replicas. See
+        :func:`dynoqueue.connect.from_cluster`.
+
+        Raises:
+            ConfigurationError: a bad address or setting.
+        """
+        from .connect import from_cluster
+
+        return from_cluster(nodes, **kwargs)
 
     def __enter__(self) -> RedisQueues:
         return self

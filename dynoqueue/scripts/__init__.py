@@ -7,9 +7,13 @@ the sync client and a later asyncio twin run exactly the same text.
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, ResponseError
 
 #: Scripts that change state: they run on the quorum connection.
 WRITE_SCRIPTS = (
@@ -28,23 +32,80 @@ WRITE_SCRIPTS = (
 READ_SCRIPTS = ("peek", "find_match", "find_stale")
 
 
+_DOORBELL_ON = "local DOORBELL = true"
+
+
 @cache
-def source(name: str) -> str:
+def source(name: str, doorbell: bool = True) -> str:
     """The full text of script ``name``: the shared prelude followed by the script's body.
+
+    Args:
+        doorbell: ring the shard's pub/sub doorbell on changes; False for servers without
+            pub/sub (Dynomite).
 
     Raises:
         FileNotFoundError: there is no ``name.lua``.
     """
     folder = resources.files(__package__)
     prelude = folder.joinpath("_prelude.lua").read_text(encoding="utf-8")
+    if not doorbell:
+        prelude = prelude.replace(_DOORBELL_ON, "local DOORBELL = false")
     body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     return prelude + "\n" + body
 
 
-def register(client: Any, names: tuple[str, ...]) -> dict[str, Any]:
+def register(client: Any, names: tuple[str, ...], doorbell: bool = True) -> dict[str, Any]:
     """Register scripts on a redis-py client (sync or asyncio, standalone or cluster).
 
     Returns:
         name -> the client's Script object (EVALSHA, loading the script on NOSCRIPT).
     """
-    return {name: client.register_script(source(name)) for name in names}
+    return {name: client.register_script(source(name, doorbell)) for name in names}
+
+
+def register_read(client: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """Register read-only scripts; on Redis Cluster they run as ``EVALSHA_RO`` on a replica.
+
+    redis-py sends ``EVALSHA`` to the slot's primary whatever the client's replica-read
+    setting, so on a cluster client that reads from replicas the scripts are wrapped in
+    :class:`ReplicaScript`. Elsewhere (a standalone client pointed at a replica already) they
+    are plain registered scripts.
+    """
+    if isinstance(client, RedisCluster) and client.load_balancing_strategy is not None:
+        return {name: ReplicaScript(client, source(name)) for name in names}
+    return register(client, names)
+
+
+class ReplicaScript:
+    """A read-only script run with ``EVALSHA_RO`` on a replica of the slot of its first key.
+
+    Falls back to ``EVAL_RO`` when the replica has not loaded the script yet, and to the
+    primary with plain ``EVALSHA`` on servers older than Redis 7 (no ``EVALSHA_RO``).
+    """
+
+    def __init__(self, client: RedisCluster, text: str) -> None:
+        self.client = client
+        self.text = text
+        self.sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+        self._fallback = client.register_script(text)
+        self._ro_supported = True
+
+    def __call__(self, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        if not self._ro_supported:
+            return self._fallback(keys=keys, args=args)
+        cluster = self.client
+        node = cluster.nodes_manager.get_node_from_slot(
+            cluster.keyslot(keys[0]),  # type: ignore[no-untyped-call]
+            load_balancing_strategy=cluster.load_balancing_strategy
+        )
+        conn: Any = cluster.get_redis_connection(node)
+        try:
+            try:
+                return conn.evalsha_ro(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return conn.eval_ro(self.text, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
+            self._ro_supported = False  # Redis < 7: read on the primary instead
+            return self._fallback(keys=keys, args=args)

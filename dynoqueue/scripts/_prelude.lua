@@ -34,8 +34,10 @@ end
 
 -- Ring a shard's doorbell: waiting pops subscribed to the channel named like the shard's queue
 -- key re-check at once instead of sleeping until their next poll.
+-- DOORBELL is switched off (text replaced at load) for servers without pub/sub, e.g. Dynomite.
+local DOORBELL = true
 local function ring(queue_key)
-  redis.call('PUBLISH', queue_key, '1')
+  if DOORBELL then redis.call('PUBLISH', queue_key, '1') end
 end
 
 -- Lua pattern match that reports a malformed pattern as a typed error instead of a script crash.
