@@ -167,6 +167,7 @@ def from_url(
     key_prefix: str = DEFAULT_KEY_PREFIX,
     retry: RetryBudget | None = None,
     client_options: Mapping[str, Any] | None = None,
+    read_from_replicas: bool = True,
     dynomite: bool = False,
     **settings: Any,
 ) -> RedisQueues:
@@ -178,7 +179,7 @@ def from_url(
         url: the deployment URL.
         zones: every availability zone; a zone's shard is the last character of its name, as
             dyno-queues' ``DynoShardSupplier`` (``us-east-1c`` -> ``c``). ``None``: one shard
-            named ``"a"``.
+            named ``"a"`` (or pass ``shard_supplier=`` for a custom mapping).
         local_zone: this process's zone (one of ``zones``); required with ``zones``.
         replica_urls: zone -> URL of that zone's replica. The local zone's entry becomes the
             non-quorum (read) connection; without one, reads go to the primary.
@@ -186,6 +187,9 @@ def from_url(
         retry: how long calls retry a lost connection; default :class:`RetryBudget()`.
         client_options: extra keyword arguments for every redis-py client (e.g.
             ``{"decode_responses": True, "socket_timeout": 2.0}``).
+        read_from_replicas: reads (the non-quorum connection) go to a replica: the local
+            zone's from ``replica_urls``, Sentinel's replicas, or each Cluster slot's
+            replicas. False reads from the primary too (read-your-writes, more load on it).
         dynomite: the Dynomite profile (``url`` is the local Dynomite node): dyno-queues v1's
             exact key layout (no hash tags), time from this process's clock (Dynomite has no
             ``TIME`` in scripts), no pub/sub doorbell and no ``WAIT``; Dynomite replicates
@@ -209,6 +213,7 @@ def from_url(
             parsed.nodes, parsed.service_name, zones=zones, local_zone=local_zone,
             replica_urls=replica_urls, key_prefix=key_prefix, retry=retry,
             username=parsed.username, password=parsed.password, tls=parsed.tls,
+            read_from_replicas=read_from_replicas,
             client_options={**parsed.options, **(client_options or {})}, **settings,
         )
     if parsed.kind == "cluster":
@@ -216,11 +221,12 @@ def from_url(
             raise ConfigurationError("replica_urls does not apply to Redis Cluster: reads go "
                                      "to the replicas of each slot's primary")
         return from_cluster(url, zones=zones, local_zone=local_zone, key_prefix=key_prefix,
-                            retry=retry, client_options=client_options, **settings)
-    supplier = _shard_supplier(zones, local_zone)
+                            retry=retry, read_from_replicas=read_from_replicas,
+                            client_options=client_options, **settings)
+    supplier = _shard_supplier(zones, local_zone, settings)
     common = _client_options(client_options, retry)
     primary = redis.Redis.from_url(url, **common)
-    local = _replica_client(replica_urls, zones, local_zone, common)
+    local = _replica_client(replica_urls, zones, local_zone, common) if read_from_replicas else None
     return _build(primary, local or primary, [primary] + ([local] if local else []),
                   key_prefix=key_prefix, shard_supplier=supplier, **settings)
 
@@ -237,6 +243,7 @@ def from_sentinel(
     username: str | None = None,
     password: str | None = None,
     tls: bool = False,
+    read_from_replicas: bool = True,
     sentinel_options: Mapping[str, Any] | None = None,
     client_options: Mapping[str, Any] | None = None,
     **settings: Any,
@@ -255,6 +262,7 @@ def from_sentinel(
         service_name: the monitored primary's name (``sentinel monitor <name> ...``).
         zones, local_zone, replica_urls, key_prefix, retry, client_options, **settings: as
             :func:`from_url`.
+        read_from_replicas: False sends reads to the primary too (read-your-writes).
         username, password: ACL user of the data nodes (password only: the default user).
         tls: connect to the data nodes (and the sentinels) over TLS; TLS files go in
             ``client_options`` (``ssl_ca_certs``, ``ssl_certfile``, ...).
@@ -275,7 +283,7 @@ def from_sentinel(
         raise ConfigurationError("at least one sentinel address is needed")
     if not service_name:
         raise ConfigurationError("service_name must name the monitored primary")
-    supplier = _shard_supplier(zones, local_zone)
+    supplier = _shard_supplier(zones, local_zone, settings)
     common = _client_options(client_options, retry)
     # The query string of a URL arrives as text: redis.Redis(...) wants typed values.
     common = _typed(common)
@@ -294,8 +302,10 @@ def from_sentinel(
     primary = manager.master_for(service_name)  # type: ignore[no-untyped-call]
     local = _replica_client(replica_urls, zones, local_zone, common)
     if local is None:
-        local = manager.slave_for(service_name)  # type: ignore[no-untyped-call]
-    return _build(primary, local, [primary, local], key_prefix=key_prefix,
+        local = (manager.slave_for(service_name)  # type: ignore[no-untyped-call]
+                 if read_from_replicas else primary)
+    owned = [primary] + ([local] if local is not primary else [])
+    return _build(primary, local, owned, key_prefix=key_prefix,
                   shard_supplier=supplier, **settings)
 
 
@@ -334,7 +344,7 @@ def from_cluster(
     Raises:
         ConfigurationError: a bad address, zone list or setting.
     """
-    supplier = _shard_supplier(zones, local_zone)
+    supplier = _shard_supplier(zones, local_zone, settings)
     common = _client_options(client_options, retry)
     if isinstance(nodes, str):
         parsed = parse_url(nodes)
@@ -436,7 +446,14 @@ def _build(quorum: Any, non_quorum: Any, owned: list[Any], **settings: Any) -> R
     return queues
 
 
-def _shard_supplier(zones: Sequence[str] | None, local_zone: str | None) -> Any:
+def _shard_supplier(
+    zones: Sequence[str] | None, local_zone: str | None, settings: dict[str, Any]
+) -> Any:
+    supplier = settings.pop("shard_supplier", None)
+    if supplier is not None:  # a custom supplier replaces the zone list
+        if zones is not None or local_zone is not None:
+            raise ConfigurationError("give either zones/local_zone or shard_supplier, not both")
+        return supplier
     if zones is None:
         if local_zone is not None:
             raise ConfigurationError("local_zone needs zones (the list of every zone)")

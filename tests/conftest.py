@@ -2,6 +2,11 @@
 
 A missing redis-server fails the session with the install advice of
 :func:`dynoqueue.embedded.find_redis_server`; it is never a silent skip.
+
+The contract suite: every test that uses ``make_queues`` (or ``deployment``, ``raw``) runs once
+per deployment: single server, zone ring, Sentinel ring and Redis Cluster (see
+``tests/deployments.py``). ``@pytest.mark.deployments("single", ...)`` narrows a test to the
+deployments it applies to (e.g. the v1 key layout has no Cluster hash tags).
 """
 
 from __future__ import annotations
@@ -18,7 +23,32 @@ import redis
 from dynoqueue import RedisQueues, StaticShardSupplier
 from dynoqueue.embedded import RedisServer, ZoneRing, single, zone_ring
 
-ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+from .deployments import NAMES, SLOW, ZONES, Deployment, DeploymentPool
+
+__all__ = ["ZONES"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "deployment" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("deployments")
+    names = [n for n in NAMES if marker is None or n in marker.args]
+    params = [pytest.param(n, id=n, marks=[pytest.mark.slow] if n in SLOW else [])
+              for n in names]
+    metafunc.parametrize("deployment", params, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def deployment_pool() -> Iterator[DeploymentPool]:
+    pool = DeploymentPool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def deployment(request: pytest.FixtureRequest, deployment_pool: DeploymentPool) -> Deployment:
+    """The deployment this run of a contract test is on (started once per session)."""
+    return deployment_pool.get(request.param)
 
 
 @pytest.fixture(scope="session")
@@ -36,17 +66,15 @@ def ring() -> Iterator[ZoneRing]:
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
-def conn(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client of the session server, both with and without decode_responses."""
-    client = redis_server.client(decode_responses=request.param)
-    yield client
-    client.close()
+def decode(request: pytest.FixtureRequest) -> bool:
+    """Both client modes: without and with decode_responses."""
+    return bool(request.param)
 
 
 @pytest.fixture
-def raw(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A plain decoding client for looking at keys directly."""
-    client = redis_server.client(decode_responses=True)
+def raw(deployment: Deployment) -> Iterator[Any]:
+    """A plain decoding client of the deployment's primary, for looking at keys directly."""
+    client = deployment.raw()
     yield client
     client.close()
 
@@ -76,39 +104,30 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_queues(
-    redis_server: RedisServer, prefix: str
-) -> Iterator[Callable[..., RedisQueues]]:
-    """Build RedisQueues on the session server; every one is closed after the test.
+def make_queues(deployment: Deployment, prefix: str) -> Iterator[Callable[..., RedisQueues]]:
+    """Build RedisQueues on the deployment (through the builders); closed after the test.
 
     Defaults: shards a, b, c with a local; the reprocessor thread off (interval 0) so tests
     decide when unack processing runs. Keyword arguments override RedisQueues' arguments;
-    ``conn=`` picks the client (default: a bytes client of the session server).
+    ``decode=True`` makes the clients decode responses.
     """
     built: list[RedisQueues] = []
-    clients: list[redis.Redis] = []
 
     def build(**overrides: Any) -> RedisQueues:
-        client = overrides.pop("conn", None)
-        if client is None:
-            client = redis_server.client()
-            clients.append(client)
-        non_quorum = overrides.pop("non_quorum_conn", client)
+        decode = bool(overrides.pop("decode", False))
         settings: dict[str, Any] = {
             "key_prefix": prefix,
             "shard_supplier": StaticShardSupplier(["a", "b", "c"], "a"),
             "unack_handler_interval_ms": 0,
         }
         settings.update(overrides)
-        queues = RedisQueues(client, non_quorum, **settings)
+        queues = deployment.build(decode=decode, **settings)
         built.append(queues)
         return queues
 
     yield build
     for queues in built:
         queues.close()
-    for client in clients:
-        client.close()
 
 
 _counter = itertools.count()

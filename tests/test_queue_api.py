@@ -30,9 +30,9 @@ def ids(messages: list[Message]) -> list[str]:
 
 
 @pytest.fixture
-def queue(make_queues, conn, clock: FakeClock) -> DynoQueue:
+def queue(make_queues, decode, clock: FakeClock) -> DynoQueue:
     """A queue on shards a, b, c (local a) with an injected clock, bytes or decoded client."""
-    return make_queues(conn=conn, clock=clock, unack_timeout_ms=1000).get(unique())
+    return make_queues(decode=decode, clock=clock, unack_timeout_ms=1000).get(unique())
 
 
 def local(n: int, prefix: str = "m", **fields) -> list[Message]:
@@ -117,6 +117,7 @@ def test_bad_queue_names(make_queues, name) -> None:
 # ------------------------------------------------------------------ storage layout
 
 
+@pytest.mark.deployments("single", "ring", "sentinel")  # Cluster keys carry hash tags
 def test_storage_is_the_dyno_queues_v1_layout(make_queues, raw, prefix, clock) -> None:
     q = make_queues(clock=clock).get("layout")
     q.push([Message("x001", "Hello World", timeout=20_000, priority=3)])
@@ -130,6 +131,7 @@ def test_storage_is_the_dyno_queues_v1_layout(make_queues, raw, prefix, clock) -
                                                f"{prefix}.QUEUE.layout.b"]
 
 
+@pytest.mark.deployments("single", "ring", "sentinel")  # the Java client has no hash tags
 def test_a_message_written_like_the_java_client_pops(make_queues, raw, prefix) -> None:
     """Jackson's JSON (payload omitted when empty, unknown fields) stored with a client clock."""
     q = make_queues().get("java")
@@ -193,7 +195,7 @@ def test_priority_orders_only_within_one_millisecond(queue, clock) -> None:
 def test_one_push_uses_one_now(make_queues, raw, prefix) -> None:
     q = make_queues(shard_supplier=SingleShardSupplier("s")).get("batch")
     q.push([Message(f"m{i}") for i in range(1200)])  # three script calls
-    scores = {s for _, s in raw.zrange(f"{prefix}.QUEUE.batch.s", 0, -1, withscores=True)}
+    scores = {s for _, s in raw.zrange(q.keys.queue_shard("s"), 0, -1, withscores=True)}
     assert len(scores) == 1
 
 
@@ -472,11 +474,12 @@ def test_waiting_pop_gives_up_at_its_deadline_and_returns_what_it_has(make_queue
     assert 0.28 < time.monotonic() - started < 2.0
 
 
-def test_a_waiting_pop_sends_few_commands(make_queues, redis_server) -> None:
+@pytest.mark.deployments("single")  # one server holds every command of the test
+def test_a_waiting_pop_sends_few_commands(make_queues, raw) -> None:
     """No busy polling: an idle 1.5 s wait costs a handful of claims, not hundreds."""
     q = make_queues().get(unique())
     q.pop(1, wait_ms=10)  # doorbell subscribed, scripts loaded
-    stats = redis_server.client(decode_responses=True)
+    stats = raw
 
     def evalsha_calls() -> int:
         return int(stats.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))

@@ -1,0 +1,94 @@
+"""The four local deployments the contract suite runs on, each started for real.
+
+A :class:`Deployment` knows how to build :class:`RedisQueues` on its topology *through the
+public builders* (``RedisQueues.from_url``), so the contract tests exercise the builders too, and
+how to open a plain client for looking at keys.
+
+The contract suite reads through the primary (``read_from_replicas=False``): replica reads are
+eventually consistent by design, which would make "push, then peek" assertions racy. Replica
+reads are proven separately (test_multizone, test_deployments) with ``eventually``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from dynoqueue import RedisQueues
+from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, Topology, ZoneRing
+
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+#: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
+NAMES = ("single", "ring", "sentinel", "cluster")
+SLOW = frozenset({"sentinel", "cluster"})
+
+
+class Deployment:
+    """One started topology plus the URL the builders take for it."""
+
+    def __init__(self, name: str, url: str, topology: Topology | RedisServer) -> None:
+        self.name = name
+        self.url = url
+        self.topology = topology
+
+    def build(self, *, decode: bool = False, **settings: Any) -> RedisQueues:
+        """RedisQueues on this deployment through ``RedisQueues.from_url``."""
+        return RedisQueues.from_url(
+            self.url,
+            read_from_replicas=False,
+            client_options={"decode_responses": decode},
+            **settings,
+        )
+
+    def raw(self) -> Any:
+        """A decoding client of the primary (a RedisCluster client on the cluster)."""
+        if isinstance(self.topology, ClusterTopology):
+            return self.topology.client(decode_responses=True)
+        if isinstance(self.topology, ZoneRing):
+            primary = (self.topology.current_primary()
+                       if isinstance(self.topology, SentinelRing) else self.topology.primary)
+            return primary.client(decode_responses=True)
+        assert isinstance(self.topology, RedisServer)
+        return self.topology.client(decode_responses=True)
+
+    def __repr__(self) -> str:
+        return f"Deployment({self.name})"
+
+
+def _start(name: str) -> tuple[Deployment, Callable[[], None]]:
+    if name == "single":
+        server = RedisServer().start()
+        return Deployment(name, server.url, server), server.stop
+    topology: Topology
+    if name == "ring":
+        topology = ZoneRing(ZONES).start()
+        url = topology.primary.url
+    elif name == "sentinel":
+        topology = SentinelRing(ZONES).start()
+        url = topology.url
+    elif name == "cluster":
+        topology = ClusterTopology(3, 1).start()
+        url = topology.url
+    else:  # pragma: no cover - a typo in a test's parametrisation
+        raise ValueError(f"unknown deployment {name!r}")
+    return Deployment(name, url, topology), topology.stop
+
+
+class DeploymentPool:
+    """Starts each deployment on first use and stops them all at the end of the session."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, Deployment] = {}
+        self._stops = contextlib.ExitStack()
+
+    def get(self, name: str) -> Deployment:
+        if name not in self._running:
+            deployment, stop = _start(name)
+            self._stops.callback(stop)
+            self._running[name] = deployment
+        return self._running[name]
+
+    def close(self) -> None:
+        self._stops.close()
+        self._running.clear()
