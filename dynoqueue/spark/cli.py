@@ -11,7 +11,8 @@ def add_parser(commands: Any) -> None:
 
     The handler, ``args.handler(args)``, returns the process exit code.
     """
-    demo = commands.add_parser("spark-demo", help="boarding reminders for a month of flights, on Spark")
+    demo = commands.add_parser("spark-demo",
+                               help="boarding reminders for a month of flights, on Spark")
     demo.set_defaults(handler=_run)
 
 
