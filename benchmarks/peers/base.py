@@ -1,0 +1,81 @@
+"""The adapter interface: how the suite drives one queue library through its public API.
+
+An adapter produces (:meth:`Adapter.enqueue`) in the benchmark's own process and consumes
+(:meth:`Adapter.consume`) inside a consumer process started with multiprocessing "spawn". Its
+consumer hands each delivered message body to a callback and otherwise does no work, so what
+is measured is the library's own cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from ..common import Item
+
+#: Called by a consumer with the bodies of the messages it just received (one or a batch).
+OnBatch = Callable[[Sequence[str]], None]
+
+
+class NotSupported(Exception):
+    """The library has no public API for this; the message says why (reported as "n/a")."""
+
+
+class Adapter:
+    """Drives one queue library. Subclasses set the class attributes and implement the methods.
+
+    Args:
+        url: ``redis://host:port/0`` of the server under test.
+        queue: the queue name to use.
+
+    Class attributes (documentation that the report and docs/benchmarks.md show):
+        name: short name, e.g. ``"rq"``.
+        delayed: how the library holds a delayed message and makes it due.
+        ack: what "ack" means for it (how a finished message leaves Redis).
+        single_api / batch_api: the public calls used to enqueue one / many messages.
+        consumer: the consumer used and its settings.
+    """
+
+    name: ClassVar[str] = "?"
+    delayed: ClassVar[str] = ""
+    ack: ClassVar[str] = ""
+    single_api: ClassVar[str] = ""
+    batch_api: ClassVar[str] = ""
+    consumer: ClassVar[str] = ""
+
+    def __init__(self, url: str, queue: str = "bench") -> None:
+        self.url = url
+        self.queue = queue
+
+    def close(self) -> None:
+        """Release clients and event loops (the adapter is unusable afterwards)."""
+
+    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+        """Enqueue every item so it is delivered at ``item.due_ms``.
+
+        Args:
+            batch: the items; bodies from :meth:`Item.body`.
+            batched: use the library's fastest bulk API (True) or one call per message (False).
+
+        Raises:
+            NotSupported: no such public API (e.g. no bulk enqueue).
+        """
+        raise NotImplementedError
+
+    def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
+        """Run the library's consumer in this process until ``stop`` is set (best effort).
+
+        Every delivered message body goes to ``on_batch`` (which does no work beyond counting
+        and timing) and is then acknowledged the way the library does it. The caller may kill
+        the process instead of waiting for this to return.
+        """
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Called from another thread just before the consumer process exits: stop anything
+        the library started outside this process (e.g. a forked scheduler)."""
+
+    def waiting(self) -> int:
+        """How many messages wait in Redis (ready or delayed), through the library's API."""
+        raise NotImplementedError

@@ -1,0 +1,81 @@
+"""dynoqueue through its public API (RedisQueues / DynoQueue), one shard on one server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from dynoqueue import Message, RedisQueues, SingleShardSupplier
+
+from ..common import Item, now_ms
+from .base import Adapter, OnBatch
+
+#: Messages per push / pop call in the batched modes (dynoqueue's own script batch size).
+BATCH = 500
+#: How long an idle consumer's pop waits (ms); the doorbell wakes it earlier.
+IDLE_WAIT_MS = 5000
+
+
+class DynoqueueAdapter(Adapter):
+    """dynoqueue: push with ``timeout`` (ms), pop leases, ``ack_many`` deletes.
+
+    Args:
+        url, queue: as for :class:`Adapter`.
+        consume_batch: messages per pop (and per ack_many) in :meth:`consume`; 1 = one message
+            per pop and per ack.
+    """
+
+    name = "dynoqueue"
+    delayed = ("message id in a per-shard zset scored by due ms (server clock); a pop claims "
+               "only due ids; waiting pops sleep until a pub/sub doorbell or the next due time")
+    ack = "ack / ack_many: ZREM from the unack zset + HDEL payload, one script per call"
+    single_api = "queue.push([Message(id, body, timeout=delay_ms)])"
+    batch_api = f"queue.push(messages), {BATCH} per call"
+    consumer = (f"one thread: pop({BATCH}) or pop(1, wait_ms={IDLE_WAIT_MS}), then "
+                "ack_many(batch)")
+
+    def __init__(self, url: str, queue: str = "bench", consume_batch: int = BATCH) -> None:
+        super().__init__(url, queue)
+        self.consume_batch = consume_batch
+        self.client: Any = redis.Redis.from_url(url)
+        self.queues = RedisQueues(self.client, self.client, key_prefix="bench",
+                                  shard_supplier=SingleShardSupplier("a"),
+                                  unack_handler_interval_ms=0)
+        self.q = self.queues.get(queue)
+
+    def close(self) -> None:
+        """Close the queue factory and the client."""
+        self.queues.close()
+        self.client.close()
+
+    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+        """Push the items with ``timeout`` = ms until due, in batches of BATCH or one by one."""
+        if batched:
+            for i in range(0, len(batch), BATCH):
+                now = now_ms()
+                self.q.push([Message(item.id, item.body, timeout=item.delay_ms(now))
+                             for item in batch[i:i + BATCH]])
+        else:
+            for item in batch:
+                self.q.push([Message(item.id, item.body, timeout=item.delay_ms())])
+
+    def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
+        """Pop what is due (up to consume_batch), else wait for one; hand over; ack."""
+        q, size = self.q, self.consume_batch
+        while not stop.is_set():
+            got = q.pop(size) or q.pop(1, wait_ms=IDLE_WAIT_MS)
+            if not got:
+                continue
+            on_batch([m.payload or "" for m in got])
+            if size == 1:
+                for m in got:
+                    q.ack(m.id)
+            else:
+                q.ack_many(got)
+
+    def waiting(self) -> int:
+        """Waiting plus leased messages over the queue's shards."""
+        return sum(s["size"] + s["uacked"] for s in self.q.shard_sizes().values())

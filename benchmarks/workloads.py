@@ -1,0 +1,231 @@
+"""The workloads, each one measurement of one library on a freshly flushed server.
+
+Every function returns a plain dict (JSON-ready). Rates are messages per second; times are
+milliseconds; memory is bytes. "n/a" cases raise :class:`~benchmarks.peers.NotSupported`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .common import (
+    RoundTrips,
+    command_stats,
+    items,
+    make_item,
+    now_ms,
+    percentiles,
+    reads_processed,
+    reset_stats,
+    used_memory,
+)
+from .peers import Adapter, NotSupported, load
+from .procs import ConsumerGroup
+
+#: Delay of the messages of the enqueue workload: they stay waiting while memory is measured.
+ENQUEUE_DELAY_MS = 3_600_000
+
+
+@dataclass
+class Server:
+    """The server under test.
+
+    Attributes:
+        url: ``redis://127.0.0.1:port/0``.
+        port: its TCP port.
+        admin: a redis-py client (decode_responses=True) for FLUSHALL, INFO and CONFIG.
+    """
+
+    url: str
+    port: int
+    admin: Any
+
+
+def _per_message(stats: dict[str, int], n: int) -> float:
+    return sum(stats.values()) / n if n else float("nan")
+
+
+def _fill(adapter: Adapter, batch: list[Any]) -> None:
+    """Put ``batch`` into the queue untimed, the fastest way the library offers."""
+    try:
+        adapter.enqueue(batch, batched=True)
+    except NotSupported:
+        adapter.enqueue(batch, batched=False)
+
+
+def enqueue(server: Server, name: str, n: int, batched: bool) -> dict[str, Any]:
+    """Workload 1 (+5, +6): enqueue ``n`` messages delayed by an hour, one call each or in bulk.
+
+    Returns:
+        ``rate`` (msgs/s), ``memory_per_msg`` (bytes of ``used_memory`` per waiting message),
+        ``commands_per_msg`` (server commands incl. those run inside Lua), ``round_trips_per_msg``
+        (requests the client sent), ``commands`` (per-command calls).
+
+    Raises:
+        NotSupported: no bulk API (``batched``).
+    """
+    server.admin.flushall()
+    adapter = load(name)(server.url)
+    try:
+        batch = items(n, ENQUEUE_DELAY_MS, prefix="e")
+        mem0 = used_memory(server.admin)
+        reset_stats(server.admin)
+        RoundTrips.reset()
+        started = time.perf_counter()
+        adapter.enqueue(batch, batched)
+        elapsed = time.perf_counter() - started
+        trips = RoundTrips.reset()
+        stats = command_stats(server.admin)
+        mem1 = used_memory(server.admin)
+        waiting = adapter.waiting()
+    finally:
+        adapter.close()
+    if waiting != n:
+        raise RuntimeError(f"{name}: {waiting} of {n} enqueued messages are waiting")
+    return {"rate": n / elapsed, "memory_per_msg": (mem1 - mem0) / n,
+            "commands_per_msg": _per_message(stats, n), "round_trips_per_msg": trips / n,
+            "commands": stats, "n": n}
+
+
+def consume(server: Server, name: str, n: int, procs: int,
+            options: dict[str, Any] | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Workload 2 (+6): ``procs`` consumer processes take ``n`` due messages and ack them.
+
+    Returns:
+        ``rate`` (msgs/s from release to the n-th delivery), ``commands_per_msg``,
+        ``round_trips_per_msg`` (consumer side), ``commands``.
+
+    Raises:
+        RuntimeError: a consumer failed, or not all messages arrived within ``timeout_s``.
+    """
+    server.admin.flushall()
+    producer = load(name)(server.url)
+    try:
+        _fill(producer, items(n, 0, prefix="c"))
+        if producer.waiting() != n:
+            raise RuntimeError(f"{name}: {producer.waiting()} of {n} messages queued")
+    finally:
+        producer.close()
+    group = ConsumerGroup(name, server.url, procs, n, options=options).start()
+    try:
+        reset_stats(server.admin)
+        group.go()
+        elapsed = group.wait(timeout_s)
+        stats = command_stats(server.admin)
+        delivered = group.delivered()
+    finally:
+        reports = group.stop()
+    errors = [r["error"] for r in reports if "error" in r]
+    if errors or elapsed is None:
+        raise RuntimeError(f"{name}: {delivered}/{n} delivered; {errors[0] if errors else ''}")
+    trips = sum(r.get("round_trips", 0) for r in reports)
+    return {"rate": n / elapsed, "commands_per_msg": _per_message(stats, n),
+            "round_trips_per_msg": trips / n, "commands": stats, "n": n, "procs": procs}
+
+
+def lateness(server: Server, name: str, n: int, spread_s: float, *, idle_s: float = 2.0,
+             lead_s: float = 1.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Workload 3: one waiting consumer; ``n`` messages due evenly over ``spread_s`` seconds.
+
+    First the idle consumer's own cost is measured for ``idle_s`` seconds (commands and
+    socket reads per second on the server, with nothing to deliver). Then the messages are
+    enqueued (in bulk where the library can), the first due ``lead_s`` after the enqueue
+    starts. Lateness = receive time in the consumer - due time (negative = early).
+
+    Returns:
+        ``p50``, ``p99``, ``max``, ``min`` (ms), ``count``, ``delivered``, ``samples`` (ms),
+        ``idle_commands_per_s``, ``idle_reads_per_s``, ``idle_commands`` (per command).
+    """
+    server.admin.flushall()
+    group = ConsumerGroup(name, server.url, 1, n, lateness=True, options=options).start()
+    producer = load(name)(server.url)
+    try:
+        group.go()
+        time.sleep(1.0)  # let the consumer reach its idle wait
+        reset_stats(server.admin)
+        reads0 = reads_processed(server.admin)
+        time.sleep(idle_s)
+        idle = command_stats(server.admin)
+        reads = reads_processed(server.admin) - reads0 - 2  # less the INFO calls themselves
+        start = now_ms() + lead_s * 1000
+        batch = [make_item(f"l{i}", start + i * spread_s * 1000 / n) for i in range(n)]
+        _fill(producer, batch)
+        group.wait(lead_s + spread_s + 15.0)
+    finally:
+        producer.close()
+        reports = group.stop()
+    samples = [s for r in reports for s in r.get("samples", [])]
+    errors = [r["error"] for r in reports if "error" in r]
+    if errors:
+        raise RuntimeError(f"{name}: {errors[0]}")
+    return {**percentiles(samples), "delivered": len(samples), "n": n, "spread_s": spread_s,
+            "samples": samples, "idle_commands_per_s": sum(idle.values()) / idle_s,
+            "idle_reads_per_s": max(0, reads) / idle_s, "idle_commands": idle}
+
+
+def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: int,
+                  runs: int, progress: Any = None) -> dict[str, Any]:
+    """Workload 4 (+5): dynoqueue push/pop cost with ``depth`` messages waiting (not yet due).
+
+    The queue is filled with messages due in 10 days up to each depth in turn; at each depth,
+    ``runs`` times: push ``probe`` due messages in batches and pop + ack them in batches, then
+    the same one message per call for ``probe_single`` messages.
+
+    Returns:
+        ``{"depths": {depth: {"push": [rates], "pop+ack": [...], "push single": [...],
+        "pop+ack single": [...]}}, "memory_per_msg": bytes at the largest depth}``.
+    """
+    from dynoqueue import Message
+
+    from .peers.dynoqueue_adapter import BATCH, DynoqueueAdapter
+
+    server.admin.flushall()
+    adapter = DynoqueueAdapter(server.url, queue="depth")
+    q = adapter.q
+    out: dict[str, Any] = {"depths": {}}
+    filled = 0
+    mem0 = used_memory(server.admin)
+    try:
+        for depth in depths:
+            while filled < depth:
+                chunk = min(BATCH, depth - filled)
+                q.push([Message(f"f{filled + i}", "x" * 60, timeout=864_000_000)
+                        for i in range(chunk)])
+                filled += chunk
+            figures: dict[str, list[float]] = {"push": [], "pop+ack": [], "push single": [],
+                                               "pop+ack single": []}
+            for run in range(runs):
+                msgs = [Message(f"p{run}.{i}", "x" * 60) for i in range(probe)]
+                started = time.perf_counter()
+                for i in range(0, probe, BATCH):
+                    q.push(msgs[i:i + BATCH])
+                figures["push"].append(probe / (time.perf_counter() - started))
+                started = time.perf_counter()
+                got = 0
+                while got < probe:
+                    batch = q.pop(BATCH)
+                    q.ack_many(batch)
+                    got += len(batch)
+                figures["pop+ack"].append(probe / (time.perf_counter() - started))
+                singles = [Message(f"s{run}.{i}", "x" * 60) for i in range(probe_single)]
+                started = time.perf_counter()
+                for m in singles:
+                    q.push([m])
+                figures["push single"].append(probe_single / (time.perf_counter() - started))
+                started = time.perf_counter()
+                for _ in range(probe_single):
+                    (m,) = q.pop(1)
+                    q.ack(m.id)
+                figures["pop+ack single"].append(
+                    probe_single / (time.perf_counter() - started))
+            out["depths"][depth] = figures
+            if progress is not None:
+                progress(depth)
+        out["memory_per_msg"] = (used_memory(server.admin) - mem0) / max(filled, 1)
+        out["waiting"] = q.size()
+    finally:
+        q.clear()
+        adapter.close()
+    return out
