@@ -1,0 +1,157 @@
+"""Batch write and batch read through the ``dynoqueue`` format, on real Spark and real Redis."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from dynoqueue import Message
+from dynoqueue.errors import ConfigurationError
+from dynoqueue.spark.options import SourceOptions
+from dynoqueue.spark.source import DynoQueueWriter, PartitionWritten, WriteColumns
+
+from .conftest import queue_totals
+
+pytestmark = pytest.mark.slow
+
+HOUR_MS = 3_600_000
+
+
+def _rows(n: int) -> list[tuple[Any, ...]]:
+    # Every third message is due at once, the others in an hour; payloads sometimes null.
+    return [(f"m{i:04d}", None if i % 7 == 0 else f"payload {i}",
+             0 if i % 3 == 0 else HOUR_MS, i % 100) for i in range(n)]
+
+
+def test_batch_write_then_read_back(spark: Any, source: dict[str, str], queue: Any) -> None:
+    rows = _rows(600)
+    df = spark.createDataFrame(rows, "id string, payload string, timeout long, priority int")
+    before_ms = time.time() * 1000
+    df.repartition(3).write.format("dynoqueue").options(**source).mode("append").save()
+    after_ms = time.time() * 1000
+
+    assert queue_totals(queue) == (600, 0)
+    sizes = queue.shard_sizes()
+    # Round robin per task: each of the 3 tasks spreads its rows evenly over the shards.
+    assert set(sizes) == {"a", "b", "c"} and all(195 <= s["size"] <= 205 for s in sizes.values())
+
+    # Lease some due messages so the snapshot shows both states.
+    popped = queue.unsafe_pop_all_shards(50)
+    assert len(popped) == 50
+
+    snapshot = (spark.read.format("dynoqueue").options(**source).option("splitSize", "64")
+                .load())
+    # ~200 waiting ids per shard in splits of 64: 4 partitions per shard, + unack ranges.
+    assert snapshot.rdd.getNumPartitions() >= 12
+    got = {r["id"]: r for r in snapshot.collect()}
+    assert len(got) == 600
+    expected = {r[0]: r for r in rows}
+    for message_id, row in got.items():
+        _, payload, timeout, priority = expected[message_id]
+        assert (row["payload"], row["timeout"], row["priority"]) == (payload, timeout, priority)
+        assert row["shard"] in {"a", "b", "c"}
+        assert row["claimed_at"] is None and row["batch"] is None
+    leased = {m.id for m in popped}
+    for message_id, row in got.items():
+        if message_id in leased:
+            assert row["state"] == "unacked" and row["due"] is None
+            # Lease of 60 s from the pop (the pop happened after the write).
+            expiry_ms = row["lease_expiry"].timestamp() * 1000
+            assert after_ms + 59_000 < expiry_ms < time.time() * 1000 + 61_000
+        else:
+            assert row["state"] == "waiting" and row["lease_expiry"] is None
+            due_ms = row["due"].timestamp() * 1000
+            timeout = expected[message_id][2]
+            assert before_ms + timeout - 1000 <= due_ms <= after_ms + timeout + 1000
+
+    # Idempotent by id: writing the same rows again moves them (the leased ones back to
+    # waiting), it never duplicates them.
+    df.write.format("dynoqueue").options(**source).mode("append").save()
+    assert queue_totals(queue) == (600, 0)
+
+
+def test_write_with_due_column(spark: Any, source: dict[str, str], queue: Any) -> None:
+    in_an_hour = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    past = datetime.now(timezone.utc) - timedelta(days=1)
+    df = spark.createDataFrame([("later", "x", in_an_hour), ("overdue", "y", past)],
+                               "id string, payload string, due timestamp")
+    df.write.format("dynoqueue").options(**source).mode("append").save()
+    snapshot = {r["id"]: r for r in spark.read.format("dynoqueue").options(**source).load()
+                .collect()}
+    later_ms = snapshot["later"]["due"].timestamp() * 1000
+    # Never before the row's due time, and only a push's latency after it.
+    assert in_an_hour.timestamp() * 1000 <= later_ms < in_an_hour.timestamp() * 1000 + 5000
+    assert snapshot["overdue"]["timeout"] == 0
+    assert [m.id for m in queue.unsafe_pop_all_shards(10)] == ["overdue"]
+
+
+def test_commit_message_reports_rows_per_partition(source: dict[str, str], queue: Any) -> None:
+    # The writer's task body, called directly: what each Spark task returns to commit().
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL("id string, payload string, priority int")
+    writer = DynoQueueWriter(SourceOptions.parse({**source, "batchSize": "40"}),
+                             WriteColumns.of(schema))
+    message = writer.write(iter([(f"w{i}", "p", 1) for i in range(100)]))
+    assert message == PartitionWritten(partition=0, attempt=0, rows=100, pushes=3)
+    assert queue.size() == 100
+
+
+def test_bad_row_fails_the_job_and_names_the_row(spark: Any, source: dict[str, str],
+                                                   queue: Any) -> None:
+    rows = [("ok-1", "a", 0, 1), ("ok-2", "b", 0, 2), ("bad-1", "c", 0, 120), ("ok-3", "d", 0, 3)]
+    df = spark.createDataFrame(rows, "id string, payload string, timeout long, priority int")
+    with pytest.raises(Exception, match="priority") as failure:
+        df.coalesce(1).write.format("dynoqueue").options(**source).mode("append").save()
+    text = str(failure.value)
+    assert "bad row 3 of partition 0" in text and "id='bad-1'" in text
+    assert "0..99" in text
+    # The bad row's batch was validated before anything of it was pushed.
+    assert queue_totals(queue) == (0, 0)
+
+    nulls = spark.createDataFrame([("x", "a"), (None, "b")], "id string, payload string")
+    with pytest.raises(Exception, match="bad row 2 of partition 0") as failure:
+        nulls.coalesce(1).write.format("dynoqueue").options(**source).mode("append").save()
+    assert "id must be a non-empty string" in str(failure.value)
+    negative = spark.createDataFrame([("neg", -5)], "id string, timeout long")
+    with pytest.raises(Exception, match="timeout must be an int >= 0"):
+        negative.write.format("dynoqueue").options(**source).mode("append").save()
+    assert queue_totals(queue) == (0, 0)
+
+
+@pytest.mark.parametrize(("ddl", "row", "message"), [
+    ("id string, timeout string", ("x", "5"), "column 'timeout' has type string"),
+    ("id string, delay long", ("x", 5), "unknown column(s) ['delay']"),
+    ("payload string", ("x",), "needs an 'id' column"),
+    ("id string, timeout long, due timestamp", ("x", 1, None), "either 'timeout'"),
+])
+def test_wrong_columns_fail_before_any_task(spark: Any, source: dict[str, str], queue: Any,
+                                            ddl: str, row: tuple[Any, ...],
+                                            message: str) -> None:
+    df = spark.createDataFrame([row], ddl)
+    with pytest.raises(Exception) as failure:
+        df.write.format("dynoqueue").options(**source).mode("append").save()
+    assert message in str(failure.value)
+    assert queue_totals(queue) == (0, 0)
+
+
+def test_options_are_checked_and_case_insensitive(spark: Any, source: dict[str, str],
+                                                  queue: Any) -> None:
+    queue.push([Message("one", "p")])
+    # Spark lower-cases option keys; any spelling works.
+    loaded = (spark.read.format("dynoqueue").option("URL", source["url"])
+              .option("Queue", "q").option("KEYPREFIX", source["keyPrefix"])
+              .option("zones", source["zones"]).load())
+    assert [r["id"] for r in loaded.collect()] == ["one"]
+    with pytest.raises(Exception, match="unknown option"):
+        spark.read.format("dynoqueue").options(**source).option("splitsise", "5").load()
+    with pytest.raises(Exception, match="option 'queue' is required"):
+        spark.read.format("dynoqueue").option("url", source["url"]).load()
+    with pytest.raises(Exception, match="only mode\\('append'\\)"):
+        (spark.createDataFrame([("x",)], "id string").write.format("dynoqueue")
+         .options(**source).mode("overwrite").save())
+    with pytest.raises(ConfigurationError, match="'leaseMs' must be >= 1"):
+        SourceOptions.parse({**source, "leaseMs": "0"})
