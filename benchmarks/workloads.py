@@ -26,6 +26,13 @@ from .procs import ConsumerGroup
 
 #: Delay of the messages of the enqueue workload: they stay waiting while memory is measured.
 ENQUEUE_DELAY_MS = 3_600_000
+#: Messages per bulk call in the lateness workload: the producer computes each delay just
+#: before the call that carries it, so a library that counts the delay from the moment the
+#: call arrives (dynoqueue: the server's clock) is not charged for a big batch's build time.
+LATENESS_CHUNK = 50
+#: Pause after FLUSHALL before reading used_memory, for connections of killed consumer
+#: processes to be closed and their buffers freed.
+_SETTLE_S = 0.3
 
 
 @dataclass
@@ -47,21 +54,42 @@ def _per_message(stats: dict[str, int], n: int) -> float:
     return sum(stats.values()) / n if n else float("nan")
 
 
-def _fill(adapter: Adapter, batch: list[Any]) -> None:
+def _fill(adapter: Adapter, batch: list[Any], chunk: int | None = None) -> None:
     """Put ``batch`` into the queue untimed, the fastest way the library offers."""
     try:
-        adapter.enqueue(batch, batched=True)
+        adapter.enqueue(batch, batched=True, chunk=chunk)
     except NotSupported:
         adapter.enqueue(batch, batched=False)
+
+
+def memory(server: Server, name: str, n: int) -> dict[str, Any]:
+    """Workload 5: ``used_memory`` growth per waiting message, for ``n`` messages due in 1 h.
+
+    Returns:
+        ``memory_per_msg`` (bytes), ``n``.
+    """
+    server.admin.flushall()
+    time.sleep(_SETTLE_S)
+    adapter = load(name)(server.url)
+    try:
+        batch = items(n, ENQUEUE_DELAY_MS, prefix="b")
+        mem0 = used_memory(server.admin)
+        _fill(adapter, batch)
+        mem1 = used_memory(server.admin)
+        waiting = adapter.waiting()
+    finally:
+        adapter.close()
+    if waiting != n:
+        raise RuntimeError(f"{name}: {waiting} of {n} enqueued messages are waiting")
+    return {"memory_per_msg": (mem1 - mem0) / n, "n": n}
 
 
 def enqueue(server: Server, name: str, n: int, batched: bool) -> dict[str, Any]:
     """Workload 1 (+5, +6): enqueue ``n`` messages delayed by an hour, one call each or in bulk.
 
     Returns:
-        ``rate`` (msgs/s), ``memory_per_msg`` (bytes of ``used_memory`` per waiting message),
-        ``commands_per_msg`` (server commands incl. those run inside Lua), ``round_trips_per_msg``
-        (requests the client sent), ``commands`` (per-command calls).
+        ``rate`` (msgs/s), ``commands_per_msg`` (server commands incl. those run inside Lua),
+        ``round_trips_per_msg`` (requests the client sent), ``commands`` (per-command calls).
 
     Raises:
         NotSupported: no bulk API (``batched``).
@@ -70,7 +98,6 @@ def enqueue(server: Server, name: str, n: int, batched: bool) -> dict[str, Any]:
     adapter = load(name)(server.url)
     try:
         batch = items(n, ENQUEUE_DELAY_MS, prefix="e")
-        mem0 = used_memory(server.admin)
         reset_stats(server.admin)
         RoundTrips.reset()
         started = time.perf_counter()
@@ -78,15 +105,13 @@ def enqueue(server: Server, name: str, n: int, batched: bool) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
         trips = RoundTrips.reset()
         stats = command_stats(server.admin)
-        mem1 = used_memory(server.admin)
         waiting = adapter.waiting()
     finally:
         adapter.close()
     if waiting != n:
         raise RuntimeError(f"{name}: {waiting} of {n} enqueued messages are waiting")
-    return {"rate": n / elapsed, "memory_per_msg": (mem1 - mem0) / n,
-            "commands_per_msg": _per_message(stats, n), "round_trips_per_msg": trips / n,
-            "commands": stats, "n": n}
+    return {"rate": n / elapsed, "commands_per_msg": _per_message(stats, n),
+            "round_trips_per_msg": trips / n, "commands": stats, "n": n}
 
 
 def consume(server: Server, name: str, n: int, procs: int,
@@ -94,29 +119,35 @@ def consume(server: Server, name: str, n: int, procs: int,
     """Workload 2 (+6): ``procs`` consumer processes take ``n`` due messages and ack them.
 
     Returns:
-        ``rate`` (msgs/s from release to the n-th delivery), ``commands_per_msg``,
+        ``rate`` (msgs/s from releasing the consumers until the n-th delivery is acked, i.e.
+        until the library reports nothing waiting, in flight or unacked), ``commands_per_msg``,
         ``round_trips_per_msg`` (consumer side), ``commands``.
 
     Raises:
-        RuntimeError: a consumer failed, or not all messages arrived within ``timeout_s``.
+        RuntimeError: a consumer failed, or not all messages were acked within ``timeout_s``.
     """
     server.admin.flushall()
     producer = load(name)(server.url)
+    group = None
     try:
         _fill(producer, items(n, 0, prefix="c"))
         if producer.waiting() != n:
             raise RuntimeError(f"{name}: {producer.waiting()} of {n} messages queued")
-    finally:
-        producer.close()
-    group = ConsumerGroup(name, server.url, procs, n, options=options).start()
-    try:
+        group = ConsumerGroup(name, server.url, procs, n, options=options).start()
         reset_stats(server.admin)
         group.go()
         elapsed = group.wait(timeout_s)
+        if elapsed is not None:
+            # The n-th delivery happens before its ack: wait for the library to finish it.
+            deadline = time.monotonic() + 10.0
+            while producer.waiting() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            elapsed = time.perf_counter() - group.started_at if not producer.waiting() else None
         stats = command_stats(server.admin)
         delivered = group.delivered()
     finally:
-        reports = group.stop()
+        producer.close()
+        reports = group.stop() if group is not None else []
     errors = [r["error"] for r in reports if "error" in r]
     if errors or elapsed is None:
         raise RuntimeError(f"{name}: {delivered}/{n} delivered; {errors[0] if errors else ''}")
@@ -131,12 +162,15 @@ def lateness(server: Server, name: str, n: int, spread_s: float, *, idle_s: floa
 
     First the idle consumer's own cost is measured for ``idle_s`` seconds (commands and
     socket reads per second on the server, with nothing to deliver). Then the messages are
-    enqueued (in bulk where the library can), the first due ``lead_s`` after the enqueue
-    starts. Lateness = receive time in the consumer - due time (negative = early).
+    enqueued (in bulk calls of LATENESS_CHUNK where the library can), the first due
+    ``lead_s`` after the enqueue starts. Lateness = receive time in the consumer - the due
+    time the producer asked for (negative = early).
 
     Returns:
         ``p50``, ``p99``, ``max``, ``min`` (ms), ``count``, ``delivered``, ``samples`` (ms),
-        ``idle_commands_per_s``, ``idle_reads_per_s``, ``idle_commands`` (per command).
+        ``idle_commands_per_s``, ``idle_reads_per_s``, ``idle_commands`` (per command), and
+        ``due_offset_ms`` when the library records a later due time than asked (see
+        :meth:`Adapter.due_offset_ms`).
     """
     server.admin.flushall()
     group = ConsumerGroup(name, server.url, 1, n, lateness=True, options=options).start()
@@ -151,7 +185,8 @@ def lateness(server: Server, name: str, n: int, spread_s: float, *, idle_s: floa
         reads = reads_processed(server.admin) - reads0 - 2  # less the INFO calls themselves
         start = now_ms() + lead_s * 1000
         batch = [make_item(f"l{i}", start + i * spread_s * 1000 / n) for i in range(n)]
-        _fill(producer, batch)
+        _fill(producer, batch, LATENESS_CHUNK)
+        offset = producer.due_offset_ms(batch)
         group.wait(lead_s + spread_s + 15.0)
     finally:
         producer.close()
@@ -162,7 +197,8 @@ def lateness(server: Server, name: str, n: int, spread_s: float, *, idle_s: floa
         raise RuntimeError(f"{name}: {errors[0]}")
     return {**percentiles(samples), "delivered": len(samples), "n": n, "spread_s": spread_s,
             "samples": samples, "idle_commands_per_s": sum(idle.values()) / idle_s,
-            "idle_reads_per_s": max(0, reads) / idle_s, "idle_commands": idle}
+            "idle_reads_per_s": max(0, reads) / idle_s, "idle_commands": idle,
+            **({"due_offset_ms": offset} if offset is not None else {})}
 
 
 def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: int,
@@ -186,6 +222,7 @@ def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: i
     q = adapter.q
     out: dict[str, Any] = {"depths": {}}
     filled = 0
+    time.sleep(_SETTLE_S)
     mem0 = used_memory(server.admin)
     try:
         for depth in depths:
@@ -196,7 +233,7 @@ def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: i
                 filled += chunk
             figures: dict[str, list[float]] = {"push": [], "pop+ack": [], "push single": [],
                                                "pop+ack single": []}
-            for run in range(runs):
+            for run in range(-1 if depth == depths[0] else 0, runs):  # run -1: warm-up
                 msgs = [Message(f"p{run}.{i}", "x" * 60) for i in range(probe)]
                 started = time.perf_counter()
                 for i in range(0, probe, BATCH):
@@ -220,6 +257,9 @@ def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: i
                     q.ack(m.id)
                 figures["pop+ack single"].append(
                     probe_single / (time.perf_counter() - started))
+                if run < 0:
+                    for values in figures.values():
+                        values.clear()
             out["depths"][depth] = figures
             if progress is not None:
                 progress(depth)

@@ -1,11 +1,34 @@
-"""The core benchmark runs end to end on a real server and reports sane figures."""
+"""Smoke tests of the benchmark suite: its pieces move real messages on a real redis-server.
+
+No timing assertions beyond generous bounds: figures belong to `dynoqueue bench`, not here.
+The suite FLUSHALLs its server, so these tests start their own instead of the shared one.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks import limits, workloads
+from benchmarks.common import RoundTrips, items, percentiles
 from benchmarks.core_throughput import one_run
+from benchmarks.peers import PEERS, load
+from dynoqueue.embedded import RedisServer, single
 
 
-def test_one_benchmark_run(redis_server) -> None:
+@pytest.fixture(scope="module")
+def bench_server() -> Iterator[workloads.Server]:
+    with single() as server:
+        admin = server.client(decode_responses=True)
+        RoundTrips.install()
+        yield workloads.Server(f"redis://127.0.0.1:{server.port}/0", server.port, admin)
+        admin.close()
+
+
+def test_core_benchmark_run(redis_server: RedisServer) -> None:
     client = redis_server.client()
     figures = one_run(client, 2000)
     client.close()
@@ -13,3 +36,82 @@ def test_one_benchmark_run(redis_server) -> None:
     assert len(rates) == 4 and all(v > 100 for v in rates.values())  # messages/s
     # Generous bound: a waiting consumer sees a due message well within half a second.
     assert 0 <= figures["waiting pop lateness p99 (ms)"] < 500
+
+
+def test_dynoqueue_enqueue_and_raw_loop(bench_server: workloads.Server) -> None:
+    bulk = workloads.enqueue(bench_server, "dynoqueue", 3000, batched=True)
+    single_ = workloads.enqueue(bench_server, "dynoqueue", 300, batched=False)
+    raw = limits.raw_python(bench_server.admin, 3000)
+    assert bulk["rate"] > 0 and single_["rate"] > 0 and raw["push"] > 0 and raw["pop+ack"] > 0
+    # One script per 500 messages; inside it HSET + ZADD (+ HEXISTS) per message.
+    assert bulk["round_trips_per_msg"] < 0.01
+    assert 2 <= bulk["commands_per_msg"] <= 5
+    assert bulk["commands"]["hset"] == 3000 and bulk["commands"]["zadd"] == 3000
+    # One push per call: one round trip each.
+    assert 0.99 <= single_["round_trips_per_msg"] <= 1.1
+    assert bench_server.admin.keys("raw:*") == []
+
+
+def test_dynoqueue_consume_memory_and_lateness(bench_server: workloads.Server) -> None:
+    consumed = workloads.consume(bench_server, "dynoqueue", 3000, procs=2)
+    assert consumed["rate"] > 0 and consumed["commands"]["hdel"] == 3000
+    assert consumed["round_trips_per_msg"] < 0.1
+    memory = workloads.memory(bench_server, "dynoqueue", 2000)
+    assert 50 < memory["memory_per_msg"] < 5000  # bytes
+    late = workloads.lateness(bench_server, "dynoqueue", 200, 0.5, idle_s=0.5, lead_s=0.5)
+    assert late["delivered"] == 200 and len(late["samples"]) == 200
+    assert late["p99"] < 500  # ms; generous
+    # A waiting consumer does not busy-poll (generous: the goal is a few commands/s).
+    assert late["idle_commands_per_s"] < 50
+
+
+def test_depth_scaling_shape(bench_server: workloads.Server) -> None:
+    out = workloads.depth_scaling(bench_server, [100, 1000], probe=500, probe_single=20, runs=1)
+    assert set(out["depths"]) == {100, 1000}
+    for figures in out["depths"].values():
+        assert set(figures) == {"push", "pop+ack", "push single", "pop+ack single"}
+        assert all(len(v) == 1 and v[0] > 0 for v in figures.values())
+    assert out["memory_per_msg"] > 0
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_peer_adapter_moves_messages(bench_server: workloads.Server, name: str) -> None:
+    try:
+        load(name)
+    except ImportError as exc:
+        pytest.fail(f"{name} is not installed: pip install -e '.[bench]' ({exc})")
+    enqueued = workloads.enqueue(bench_server, name, 40, batched=False)
+    assert enqueued["round_trips_per_msg"] >= 1  # one call per message
+    consumed = workloads.consume(bench_server, name, 60, procs=1, timeout_s=60)
+    assert consumed["n"] == 60 and consumed["rate"] > 0
+    adapter = load(name)(bench_server.url)
+    try:
+        assert adapter.waiting() == 0
+    finally:
+        adapter.close()
+
+
+def test_percentiles() -> None:
+    stats = percentiles([float(i) for i in range(1, 101)])
+    assert stats["p50"] == 51 and stats["p99"] == 100 and stats["min"] == 1
+    assert stats["count"] == 100
+    assert items(3, prefix="z")[2].id == "z2"
+
+
+@pytest.mark.slow
+def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
+    from dynoqueue.cli import main
+
+    assert main(["bench", "--quick", "--libraries", "dynoqueue,huey", "--out",
+                 str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {"enqueue", "consume", "lateness", "memory", "limits", "depth", "goals",
+            "libraries", "meta"} <= set(data)
+    assert data["enqueue"]["dynoqueue"]["batched"]["rate"]["median"] > 0
+    assert "na" in data["enqueue"]["huey"]["batched"]  # huey has no bulk enqueue
+    assert data["consume"]["huey"]["one"]["rate"]["median"] > 0
+    assert data["lateness"]["dynoqueue"]["1000"]["delivered"]["median"] == 1000
+    assert all({"goal", "measured", "met"} <= set(g) for g in data["goals"])
+    for png in ("throughput.png", "lateness.png", "depth.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    assert "### 1. Enqueue" in (tmp_path / "results.md").read_text()

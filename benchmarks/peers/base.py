@@ -51,12 +51,13 @@ class Adapter:
     def close(self) -> None:
         """Release clients and event loops (the adapter is unusable afterwards)."""
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """Enqueue every item so it is delivered at ``item.due_ms``.
 
         Args:
-            batch: the items; bodies from :meth:`Item.body`.
+            batch: the items (``item.body`` is what the consumer receives).
             batched: use the library's fastest bulk API (True) or one call per message (False).
+            chunk: messages per bulk call (default: the adapter's BATCH, 500).
 
         Raises:
             NotSupported: no such public API (e.g. no bulk enqueue).
@@ -71,6 +72,13 @@ class Adapter:
         the process instead of waiting for this to return.
         """
         raise NotImplementedError
+
+    def due_offset_ms(self, batch: Sequence[Item]) -> float | None:
+        """Median of (due time the queue recorded - ``item.due_ms``), ms, for enqueued items.
+
+        None for libraries that store the due time the producer computed (no offset).
+        """
+        return None
 
     def abort(self) -> None:
         """Called from another thread just before the consumer process exits: stop anything

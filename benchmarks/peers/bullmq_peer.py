@@ -43,22 +43,22 @@ class BullmqAdapter(Adapter):
         self.loop.run_until_complete(self.q.close())
         self.loop.close()
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """``add`` one by one, or ``addBulk`` in chunks of BATCH."""
-        self.loop.run_until_complete(self._enqueue(batch, batched))
+        self.loop.run_until_complete(self._enqueue(batch, batched, chunk or BATCH))
 
-    async def _enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
         if not batched:
             for item in batch:
                 await self.q.add("noop", {"b": item.body},
                                  {**_JOB_OPTS, "delay": item.delay_ms()})
             return
-        for i in range(0, len(batch), BATCH):
+        for i in range(0, len(batch), size):
             now = now_ms()
             await self.q.addBulk([
                 {"name": "noop", "data": {"b": item.body},
                  "opts": {**_JOB_OPTS, "delay": item.delay_ms(now)}}
-                for item in batch[i:i + BATCH]
+                for item in batch[i:i + size]
             ])
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:

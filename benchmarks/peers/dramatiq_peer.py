@@ -45,7 +45,7 @@ class DramatiqAdapter(Adapter):
         """Close the broker."""
         self.broker.close()
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """One ``send_with_options`` per message (one Lua call each); no bulk API."""
         if batched:
             raise NotSupported("no bulk enqueue API (each send is one Lua call; group() "

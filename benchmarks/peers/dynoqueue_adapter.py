@@ -51,13 +51,14 @@ class DynoqueueAdapter(Adapter):
         self.queues.close()
         self.client.close()
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """Push the items with ``timeout`` = ms until due, in batches of BATCH or one by one."""
         if batched:
-            for i in range(0, len(batch), BATCH):
+            size = chunk or BATCH
+            for i in range(0, len(batch), size):
                 now = now_ms()
                 self.q.push([Message(item.id, item.body, timeout=item.delay_ms(now))
-                             for item in batch[i:i + BATCH]])
+                             for item in batch[i:i + size]])
         else:
             for item in batch:
                 self.q.push([Message(item.id, item.body, timeout=item.delay_ms())])
@@ -75,6 +76,19 @@ class DynoqueueAdapter(Adapter):
                     q.ack(m.id)
             else:
                 q.ack_many(got)
+
+    def due_offset_ms(self, batch: Sequence[Item]) -> float | None:
+        """dynoqueue counts a delay from the server's clock when the push script runs, so the
+        recorded due time (the zset score) is later than the producer's by the time between
+        computing the delay and the script running: median of that offset, in ms."""
+        pipe = self.client.pipeline(transaction=False)
+        sample = list(batch[:: max(1, len(batch) // 200)])
+        for item in sample:
+            pipe.zscore(self.q.keys.queue_shard(self.q.local_shard), item.id)
+        offsets = sorted(float(score) - item.due_ms
+                         for score, item in zip(pipe.execute(), sample, strict=True)
+                         if score is not None)
+        return offsets[len(offsets) // 2] if offsets else None
 
     def waiting(self) -> int:
         """Waiting plus leased messages over the queue's shards."""

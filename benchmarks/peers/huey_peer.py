@@ -44,7 +44,7 @@ class HueyAdapter(Adapter):
         """Close the storage's connection pool."""
         self.huey.storage.close()
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """One ``schedule`` (or plain call) per message; no bulk API."""
         if batched:
             raise NotSupported("no bulk enqueue API (one enqueue per task)")

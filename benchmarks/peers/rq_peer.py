@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.registry import ScheduledJobRegistry
+from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
 from ..common import Item, now_ms
 from .base import Adapter, OnBatch
@@ -52,7 +52,7 @@ class RqAdapter(Adapter):
     def _when(item: Item) -> datetime:
         return datetime.fromtimestamp(item.due_ms / 1000, tz=timezone.utc)
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """Scheduled jobs for future items; plain jobs (enqueue / enqueue_many) for due ones."""
         now = now_ms()
         if not batched:
@@ -62,14 +62,15 @@ class RqAdapter(Adapter):
                 else:
                     self.q.enqueue(noop, item.body, result_ttl=0)
             return
-        for i in range(0, len(batch), BATCH):
-            chunk = batch[i:i + BATCH]
-            if all(item.due_ms <= now for item in chunk):
+        size = chunk or BATCH
+        for i in range(0, len(batch), size):
+            part = batch[i:i + size]
+            if all(item.due_ms <= now for item in part):
                 self.q.enqueue_many([Queue.prepare_data(noop, (item.body,), result_ttl=0)
-                                     for item in chunk])
+                                     for item in part])
                 continue
             with self.conn.pipeline() as pipe:
-                for item in chunk:
+                for item in part:
                     self.q.enqueue_at(self._when(item), noop, item.body, result_ttl=0,
                                       pipeline=pipe)
                 pipe.execute()
@@ -90,5 +91,6 @@ class RqAdapter(Adapter):
                 process.join(5)
 
     def waiting(self) -> int:
-        """Queued jobs plus scheduled ones."""
-        return int(self.q.count) + int(ScheduledJobRegistry(queue=self.q).count)
+        """Queued, scheduled and started (running, not yet finished) jobs."""
+        return (int(self.q.count) + int(ScheduledJobRegistry(queue=self.q).count)
+                + int(StartedJobRegistry(queue=self.q).count))

@@ -51,11 +51,11 @@ class SaqAdapter(Adapter):
         self.loop.run_until_complete(self.q.disconnect())
         self.loop.close()
 
-    def enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """``enqueue`` one by one, or BATCH concurrent enqueues at a time."""
-        self.loop.run_until_complete(self._enqueue(batch, batched))
+        self.loop.run_until_complete(self._enqueue(batch, batched, chunk or BATCH))
 
-    async def _enqueue(self, batch: Sequence[Item], batched: bool) -> None:
+    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
         def scheduled(item: Item, now: float) -> float:
             return item.due_ms / 1000 if item.due_ms > now else 0
 
@@ -63,11 +63,11 @@ class SaqAdapter(Adapter):
             for item in batch:
                 await self.q.enqueue("noop", b=item.body, scheduled=scheduled(item, now_ms()))
             return
-        for i in range(0, len(batch), BATCH):
+        for i in range(0, len(batch), size):
             now = now_ms()
             await asyncio.gather(*(
                 self.q.enqueue("noop", b=item.body, scheduled=scheduled(item, now))
-                for item in batch[i:i + BATCH]
+                for item in batch[i:i + size]
             ))
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:

@@ -1,0 +1,154 @@
+"""``dynoqueue bench``: the benchmark suite's command line (``add_parser`` is called by
+:mod:`dynoqueue.cli`). Importing this module is cheap: the suite, the peers, rich and
+matplotlib are imported only when the command runs.
+
+Also runnable as ``python -m benchmarks.cli [options]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_LIBRARIES = ["dynoqueue", "bullmq", "rq", "dramatiq", "huey", "saq"]
+
+
+def _libraries(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _LIBRARIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown libraries {unknown}; choose from {', '.join(_LIBRARIES)}")
+    return names
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``bench`` options to ``parser`` and set its handler; return the parser."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, one run, two consumer processes (< 1 min, CI smoke)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
+                        help="where results.json, results.md and the PNG plots go "
+                             "(default: bench-results)")
+    parser.add_argument("--runs", type=_positive, metavar="N",
+                        help="repeat every measurement N times (default 3; --quick 1)")
+    parser.add_argument("--procs", type=_positive, metavar="N",
+                        help="consumer processes of the 'several consumers' workload "
+                             "(default 4; --quick 2)")
+    parser.add_argument("--libraries", type=_libraries, metavar="A,B",
+                        help=f"only these (default all: {','.join(_LIBRARIES)})")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile dynoqueue's push/pop/ack (cProfile; always done "
+                             "when a throughput goal is missed)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.set_defaults(handler=run_command)
+    return parser
+
+
+def add_parser(commands: Any) -> None:
+    """Add the ``bench`` subcommand to an ``argparse`` subparsers object."""
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark suite: dynoqueue vs bullmq, rq, dramatiq, huey, saq and the Redis limit",
+        description="Start an embedded redis-server and measure enqueue, dequeue+ack, delivery "
+                    "lateness, cost vs depth, memory and commands per message for dynoqueue "
+                    "and its peers (each through its public API, workers doing no work), and "
+                    "the Redis limit for the same commands. Prints a table per workload "
+                    "(median of the runs, [min-max]) and the goals; writes results.json, "
+                    "results.md and PNG plots to --out.",
+    )
+    configure(bench)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the suite for parsed ``args``; print the tables; write the files.
+
+    Returns:
+        0 when it ran (goals missed are reported, not an error); 2 when a prerequisite is
+        missing (rich or matplotlib).
+    """
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    except ImportError:
+        print("dynoqueue bench needs the bench extra: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+    from . import report
+    from .suite import Options, profile_core, run
+
+    opts = Options.quick_mode() if args.quick else Options()
+    if args.runs:
+        opts.runs = args.runs
+    if args.procs:
+        opts.procs = args.procs
+    if args.libraries:
+        opts.libraries = args.libraries
+    opts.profile = args.profile
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    started = time.monotonic()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                  "{task.total}"), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting redis-server", total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+            if not console.is_terminal and label != "done":
+                console.print(f"[{time.monotonic() - started:5.0f} s] {label}",
+                              highlight=False)
+
+        results = run(opts, progress)
+    missed = [g for g in report.goals(results) if g["met"] is False]
+    if missed and "profile" not in results and "dynoqueue" in opts.libraries:
+        from dynoqueue.embedded import single
+
+        from .workloads import Server
+
+        with single() as server:
+            admin = server.client(decode_responses=True)
+            results["profile"] = profile_core(
+                Server(f"redis://127.0.0.1:{server.port}/0", server.port, admin))
+            admin.close()
+    for table in report.tables(results):
+        console.print(table.rich())
+        console.print()
+    paths = report.write(results, args.out)
+    written = [paths["json"], paths["markdown"]]
+    if not args.no_plots:
+        from .plots import write_all
+
+        written += write_all(results, args.out)
+    if results.get("profile"):
+        (args.out / "profile.txt").write_text(results["profile"])
+        written.append(args.out / "profile.txt")
+    meta = results["meta"]
+    console.print(f"wall time {meta['wall_s']:.0f} s; load average before "
+                  f"{meta['load_before'][0]:.2f}, after {meta['load_after'][0]:.2f}; wrote "
+                  + ", ".join(str(p) for p in written), highlight=False)
+    if missed:
+        console.print("goals missed: " + "; ".join(g["goal"] for g in missed), highlight=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.cli``: the same options as ``dynoqueue bench``."""
+    parser = configure(argparse.ArgumentParser(prog="python -m benchmarks.cli"))
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,414 @@
+"""Tables, ratios and goals from the suite's results, as rich tables, Markdown and JSON.
+
+Every table is built once as plain rows (:class:`Table`) and rendered twice: to the console with
+rich and to ``results.md`` as Markdown, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .peers import PEERS
+from .workloads import LATENESS_CHUNK
+
+NA = "n/a"
+
+
+@dataclass
+class Table:
+    """A titled table of strings, with notes printed under it."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        """The table as GitHub Markdown (title as a heading, notes as a list)."""
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.header) + " |",
+                 "|" + "|".join("---" for _ in self.header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        if self.notes:
+            lines += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def rich(self) -> Any:
+        """The table as a ``rich.table.Table``."""
+        from rich.table import Table as RichTable
+
+        table = RichTable(title=self.title, title_justify="left", caption_justify="left",
+                          caption="\n".join(self.notes) if self.notes else None)
+        for i, name in enumerate(self.header):
+            table.add_column(name, justify="left" if i == 0 else "right")
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+
+# ------------------------------------------------------------------------------ formatting
+
+
+def _num(value: float, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    if digits == 0 and abs(value) >= 1:
+        return f"{value:,.0f}"
+    return f"{value:,.{max(digits, 1)}f}"
+
+
+def fmt(entry: dict[str, Any] | None, key: str = "rate", digits: int = 0) -> str:
+    """``median [min-max]`` of a summarised figure, or "n/a: reason" / "error"."""
+    if not entry:
+        return NA
+    if "na" in entry:
+        return f"{NA} ({entry['na']})"
+    if "error" in entry and key not in entry:
+        return "error"
+    stats = entry.get(key)
+    if not stats:
+        return NA
+    text = _num(stats["median"], digits)
+    if stats["runs"] > 1:
+        text += f" [{_num(stats['min'], digits)}-{_num(stats['max'], digits)}]"
+    return text
+
+
+def median(entry: dict[str, Any] | None, key: str = "rate") -> float:
+    """The median of a summarised figure; NaN when missing."""
+    if not entry or key not in entry:
+        return float("nan")
+    return float(entry[key]["median"])
+
+
+def ratio(a: float, b: float) -> str:
+    """``a / b`` as "12.3x", or n/a."""
+    if math.isnan(a) or math.isnan(b) or b == 0:
+        return NA
+    return f"{a / b:.2f}x" if a / b < 10 else f"{a / b:.1f}x"
+
+
+def _best(values: dict[str, float]) -> tuple[str, float]:
+    valid = {k: v for k, v in values.items() if not math.isnan(v)}
+    if not valid:
+        return NA, float("nan")
+    name = max(valid, key=lambda k: valid[k])
+    return name, valid[name]
+
+
+# -------------------------------------------------------------------------------- figures
+
+
+def key_figures(results: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers the ratios and goals are computed from.
+
+    Returns:
+        A flat dict: dynoqueue rates, the best peer (name, rate) per workload, the limits.
+    """
+    enq, con, late = results["enqueue"], results["consume"], results["lateness"]
+    dq_e, dq_c = enq.get("dynoqueue", {}), con.get("dynoqueue", {})
+    peers = [p for p in PEERS if p in enq]
+    best_enqueue = _best({p: _nanmax(median(enq[p].get("batched")), median(enq[p].get("single")))
+                          for p in peers})
+    best_consume = _best({p: median(con.get(p, {}).get("one")) for p in peers})
+    best_several = _best({p: median(con.get(p, {}).get("several")) for p in peers})
+    limits = results["limits"]
+    mix = limits.get("redis_benchmark_mix", {})
+    rawpy = limits.get("raw_python", {})
+    return {
+        "dq_push_batched": median(dq_e.get("batched")),
+        "dq_push_single": median(dq_e.get("single")),
+        "dq_consume": median(dq_c.get("one")),
+        "dq_consume_several": median(dq_c.get("several")),
+        "dq_consume_single": median(con.get("dynoqueue pop(1)", {}).get("one")),
+        "best_peer_enqueue": best_enqueue,
+        "best_peer_consume": best_consume,
+        "best_peer_several": best_several,
+        "limit_push": mix.get("push", {}).get("median", float("nan")),
+        "limit_pop_ack": mix.get("pop+ack", {}).get("median", float("nan")),
+        "raw_push": rawpy.get("push", {}).get("median", float("nan")),
+        "raw_pop_ack": rawpy.get("pop+ack", {}).get("median", float("nan")),
+        "lateness": late.get("dynoqueue", {}),
+    }
+
+
+def _nanmax(a: float, b: float) -> float:
+    if math.isnan(a):
+        return b
+    if math.isnan(b):
+        return a
+    return max(a, b)
+
+
+# --------------------------------------------------------------------------------- tables
+
+
+def _limit_row(label: str, stats: dict[str, Any] | None) -> list[str]:
+    return [label, fmt({"rate": stats} if stats else None)]
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    """Every table of the report, in order (workloads 1-6, ratios, goals)."""
+    opts = results["meta"]["options"]
+    libs = [lib for lib in opts["libraries"]]
+    enq, con, late = results["enqueue"], results["consume"], results["lateness"]
+    limits = results["limits"]
+    mix = limits.get("redis_benchmark_mix", {})
+    rawpy = limits.get("raw_python", {})
+    k = key_figures(results)
+    runs = opts["runs"]
+    out: list[Table] = []
+
+    t = Table("1. Enqueue, messages delayed by 1 h (msgs/s)",
+              ["library", "one per call", "bulk", "bulk API"])
+    for lib in libs:
+        t.rows.append([lib, fmt(enq.get(lib, {}).get("single")),
+                       fmt(enq.get(lib, {}).get("batched")),
+                       results["libraries"].get(lib, {}).get("batch_api", "") or NA])
+    t.rows.append(["Redis limit: HSET+ZADD (redis-benchmark -P 64)", "",
+                   fmt({"rate": mix["push"]} if mix else None), "C client, 1 connection"])
+    t.rows.append(["raw redis-py pipeline HSET+ZADD", "", fmt({"rate": rawpy.get("push")}),
+                   "500 msgs per round trip"])
+    t.notes = [f"median of {runs} run(s) [min-max]; dynoqueue {opts['dq_enqueue']:,} msgs "
+               f"bulk / {opts['dq_enqueue_single']:,} one per call, peers "
+               f"{opts['peer_enqueue']:,} / {opts['peer_enqueue_single']:,}",
+               f"dynoqueue bulk = {ratio(k['dq_push_batched'], k['best_peer_enqueue'][1])} "
+               f"the best peer ({k['best_peer_enqueue'][0]}), "
+               f"{ratio(k['dq_push_batched'], k['limit_push'])} of the Redis limit, "
+               f"{ratio(k['dq_push_batched'], k['raw_push'])} of raw redis-py"]
+    out.append(t)
+
+    t = Table("2. Dequeue + ack of due messages (msgs/s)",
+              ["library", "1 consumer process", f"{opts['procs']} consumer processes",
+               "consumer"])
+    rows = [*libs[:1], "dynoqueue pop(1)", *libs[1:]] if "dynoqueue" in libs else libs
+    for lib in rows:
+        info = results["libraries"].get(lib, {})
+        consumer = info.get("consumer", "") if lib != "dynoqueue pop(1)" else \
+            "pop(1) + ack(id): one message per call"
+        t.rows.append([lib, fmt(con.get(lib, {}).get("one")),
+                       fmt(con.get(lib, {}).get("several")), consumer])
+    t.rows.append(["Redis limit: HGET+ZREM+ZADD+ZREM+HDEL (redis-benchmark)",
+                   fmt({"rate": mix["pop+ack"]} if mix else None), "", "C client, -P 64"])
+    t.rows.append(["raw redis-py pipeline, same commands", fmt({"rate": rawpy.get("pop+ack")}),
+                   "", "500 msgs per round trip, not atomic"])
+    t.notes = [f"dynoqueue {opts['dq_consume']:,} msgs (pop(1): {opts['dq_consume_single']:,}),"
+               f" peers {opts['peer_consume']:,}; timed from releasing the ready consumers to "
+               "the last delivery",
+               f"dynoqueue 1 consumer = {ratio(k['dq_consume'], k['best_peer_consume'][1])} the "
+               f"best peer ({k['best_peer_consume'][0]}), "
+               f"{ratio(k['dq_consume'], k['limit_pop_ack'])} of the Redis limit, "
+               f"{ratio(k['dq_consume'], k['raw_pop_ack'])} of raw redis-py; "
+               f"{opts['procs']} processes = "
+               f"{ratio(k['dq_consume_several'], k['best_peer_several'][1])} the best peer "
+               f"({k['best_peer_several'][0]})"]
+    out.append(t)
+
+    t = Table("3. Delivery lateness, one waiting consumer (ms after the due time)",
+              ["library", "messages", "p50", "p99", "max", "earliest", "delivered",
+               "idle cmds/s", "idle reads/s"])
+    for lib in libs:
+        for mode, entry in late.get(lib, {}).items():
+            delivered = entry.get("delivered", {}).get("median") if "delivered" in entry else None
+            t.rows.append([
+                lib, f"{int(mode):,} over {opts['spread_s']:g} s", fmt(entry, "p50", 1),
+                fmt(entry, "p99", 1), fmt(entry, "max", 1), fmt(entry, "min", 1),
+                f"{delivered:,.0f}/{int(mode):,}" if delivered is not None else NA,
+                fmt(entry, "idle_commands_per_s", 1), fmt(entry, "idle_reads_per_s", 1)])
+    t.notes = ["lateness = receive time in the consumer - the due time the producer asked for "
+               "(negative = delivered early); idle = the waiting consumer's own cost on the "
+               f"server over {opts['idle_s']:g} s with nothing due (commands incl. those inside "
+               "Lua; reads = client requests)",
+               f"producers send bulk calls of {LATENESS_CHUNK} messages, computing each delay "
+               "just before the call"]
+    offsets = [f"{lib} {int(mode):,} msgs: {median(entry, 'due_offset_ms'):.2f} ms"
+               for lib in libs for mode, entry in late.get(lib, {}).items()
+               if "due_offset_ms" in entry]
+    if offsets:
+        t.notes.append("dynoqueue counts a delay from the server clock when the push runs; "
+                       "the recorded due time is later than asked by (median, included in "
+                       "its lateness above): " + "; ".join(offsets))
+    out.append(t)
+
+    depth = results.get("depth")
+    if depth:
+        t = Table("4. dynoqueue cost vs queue depth (msgs/s; waiting messages not yet due)",
+                  ["waiting", "push bulk", "pop+ack bulk", "push one", "pop(1)+ack one"])
+        depths = list(depth["depths"])
+        for d in depths:
+            figures = depth["depths"][d]
+            t.rows.append([f"{int(d):,}"] + [fmt({"rate": figures[key]}) for key in
+                                              ("push", "pop+ack", "push single",
+                                               "pop+ack single")])
+        first, last = depth["depths"][depths[0]], depth["depths"][depths[-1]]
+        t.rows.append([f"{int(depths[-1]):,} vs {int(depths[0]):,}"] + [
+            ratio(last[key]["median"], first[key]["median"])
+            for key in ("push", "pop+ack", "push single", "pop+ack single")])
+        t.notes = [f"probe of {opts['depth_probe']:,} messages in bulk and "
+                   f"{opts['depth_probe_single']:,} one by one at each depth; peers not "
+                   "measured: filling 1M jobs at their enqueue rates takes minutes each"]
+        out.append(t)
+
+    t = Table("5. Memory per waiting message (INFO memory used_memory, bytes)",
+              ["library", "bytes per message", "measured on"])
+    for lib in libs:
+        entry = results.get("memory", {}).get(lib, {}).get("delayed")
+        t.rows.append([lib, fmt(entry, "memory_per_msg"),
+                       f"{opts['memory_n']:,} msgs due in 1 h"])
+    if depth and depth.get("memory_per_msg"):
+        t.rows.append(["dynoqueue at depth", _num(depth["memory_per_msg"]),
+                       f"{int(list(depth['depths'])[-1]):,} waiting msgs"])
+    t.notes = ["~60-byte bodies; includes each library's per-job metadata"]
+    out.append(t)
+
+    t = Table("6. Redis commands / round trips per message",
+              ["library", "enqueue one", "enqueue bulk", "dequeue+ack",
+               "end to end (fastest)"])
+    def pair(entry: dict[str, Any] | None) -> str:
+        if not entry or "commands_per_msg" not in entry:
+            return fmt(entry)
+        return (f"{median(entry, 'commands_per_msg'):.2f} / "
+                f"{median(entry, 'round_trips_per_msg'):.3f}")
+
+    def total(first: dict[str, Any] | None, second: dict[str, Any] | None) -> str:
+        if not first or not second or "commands_per_msg" not in first \
+                or "commands_per_msg" not in second:
+            return NA
+        cmds = median(first, "commands_per_msg") + median(second, "commands_per_msg")
+        trips = median(first, "round_trips_per_msg") + median(second, "round_trips_per_msg")
+        return f"{cmds:.2f} / {trips:.3f}"
+
+    for lib in rows:
+        consumed = con.get(lib, {}).get("one")
+        if lib == "dynoqueue pop(1)":
+            single = enq.get("dynoqueue", {}).get("single")
+            t.rows.append([lib, pair(single), "", pair(consumed), total(single, consumed)])
+            continue
+        single, bulk = enq.get(lib, {}).get("single"), enq.get(lib, {}).get("batched")
+        fastest = bulk if bulk and "commands_per_msg" in bulk else single
+        t.rows.append([lib, pair(single), pair(bulk), pair(consumed), total(fastest, consumed)])
+    t.notes = ["commands / round trips: commands = INFO commandstats calls (those run inside "
+               "Lua scripts included) / messages; round trips = requests the client sent "
+               "(each command or pipeline once) / messages",
+               "dynoqueue pop(1) row: one push, one pop and one ack per message"]
+    out.append(t)
+
+    out.append(goals_table(results))
+    return out
+
+
+# ---------------------------------------------------------------------------------- goals
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's goals for dynoqueue, each with its measured value and whether it is met.
+
+    Returns:
+        ``[{"goal": text, "measured": text, "met": bool | None}]`` (None: not measured).
+    """
+    k = key_figures(results)
+    out: list[dict[str, Any]] = []
+
+    def add(goal: str, measured: str, met: bool | None) -> None:
+        out.append({"goal": goal, "measured": measured, "met": met})
+
+    def known(*values: float) -> bool:
+        return all(not math.isnan(v) for v in values)
+
+    push, peer_push = k["dq_push_batched"], k["best_peer_enqueue"][1]
+    add("batched push >= 50,000 msgs/s", _num(push), push >= 50_000 if known(push) else None)
+    add("batched push >= 3x the best peer's enqueue",
+        f"{ratio(push, peer_push)} ({k['best_peer_enqueue'][0]} {_num(peer_push)})",
+        push >= 3 * peer_push if known(push, peer_push) else None)
+    pop, peer_pop = k["dq_consume"], k["best_peer_consume"][1]
+    add("pop+ack, 1 consumer, batches >= 50,000 msgs/s", _num(pop),
+        pop >= 50_000 if known(pop) else None)
+    add("pop+ack >= 10x the best peer's consumer",
+        f"{ratio(pop, peer_pop)} ({k['best_peer_consume'][0]} {_num(peer_pop)})",
+        pop >= 10 * peer_pop if known(pop, peer_pop) else None)
+    for mode, entry in k["lateness"].items():
+        p99 = median(entry, "p99")
+        add(f"lateness p99 < 10 ms ({int(mode):,} msgs)", f"{_num(p99, 1)} ms",
+            p99 < 10 if known(p99) else None)
+    idle = [median(e, "idle_commands_per_s") for e in k["lateness"].values()]
+    idle = [v for v in idle if not math.isnan(v)]
+    if idle:
+        add("waiting consumer costs <= a few (5) commands/s", f"{max(idle):.1f} commands/s",
+            max(idle) <= 5)
+    depth = results.get("depth")
+    if depth and depth["depths"]:
+        ds = list(depth["depths"])
+        first, last = depth["depths"][ds[0]], depth["depths"][ds[-1]]
+        for key in ("push", "pop+ack"):
+            r = last[key]["median"] / first[key]["median"]
+            add(f"{key} bulk at {int(ds[-1]):,} waiting within 20% of {int(ds[0]):,}",
+                f"{r:.2f}x", r >= 0.8)
+    enq = results["enqueue"].get("dynoqueue", {})
+    single = median(enq.get("single"), "round_trips_per_msg") + median(
+        results["consume"].get("dynoqueue pop(1)", {}).get("one"), "round_trips_per_msg")
+    add("<= 3 round trips per message one at a time (push, claim, ack)", f"{single:.2f}",
+        single <= 3.05 if known(single) else None)
+    bulk = median(enq.get("batched"), "round_trips_per_msg") + median(
+        results["consume"].get("dynoqueue", {}).get("one"), "round_trips_per_msg")
+    add("fewer round trips per message in batches", f"{bulk:.3f}",
+        bulk < 1 if known(bulk) else None)
+    return out
+
+
+def goals_table(results: dict[str, Any]) -> Table:
+    """The goals as a table."""
+    t = Table("Goals (dynoqueue)", ["goal", "measured", "met"])
+    for g in goals(results):
+        t.rows.append([g["goal"], g["measured"],
+                       "yes" if g["met"] else ("NO" if g["met"] is False else NA)])
+    return t
+
+
+# --------------------------------------------------------------------------------- output
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report as Markdown: a header with the machine and run, then every table."""
+    meta = results["meta"]
+    head = [
+        f"# dynoqueue benchmark results ({meta['started']})", "",
+        f"- {'quick' if meta['options']['quick'] else 'full'} run, "
+        f"{meta['options']['runs']} run(s), wall time {meta['wall_s']:.0f} s, "
+        f"{meta['cpus']} CPUs, load average before {meta['load_before'][0]:.2f}, after "
+        f"{meta['load_after'][0]:.2f}",
+        f"- Python {meta['python']}, redis-server {meta['redis_server']}; "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
+    ]
+    body = "\n".join(t.markdown() for t in tables(results))
+    if results.get("profile"):
+        body += "\n### Profile (cProfile of dynoqueue push + pop + ack)\n\n```\n" + \
+            results["profile"] + "\n```\n"
+    return "\n".join(head) + "\n" + body
+
+
+def _strip(value: Any) -> Any:
+    """A copy without per-run lateness samples (the summaries keep them pooled)."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in ("samples", "trace")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def write(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write ``results.json`` and ``results.md`` into ``out_dir`` (created if needed).
+
+    Returns:
+        ``{"json": path, "markdown": path}``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = dict(results)
+    data["raw"] = _strip(results.get("raw", {}))
+    data["goals"] = goals(results)
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "results.md"}
+    paths["json"].write_text(json.dumps(data, indent=1, default=str))
+    paths["markdown"].write_text(markdown(results))
+    return paths

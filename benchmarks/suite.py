@@ -1,0 +1,335 @@
+"""The benchmark suite: every workload for dynoqueue and its peers, on one embedded redis-server.
+
+:func:`run` starts a redis-server (``dynoqueue.embedded.single``), measures the Redis limit and
+each workload ``runs`` times (libraries interleaved within a run, so slow drifts in machine load
+hit every library alike), and returns one JSON-ready dict of raw figures and medians. The report
+(:mod:`benchmarks.report`) and the plots (:mod:`benchmarks.plots`) read only that dict.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .common import RoundTrips, summary
+from .peers import ADAPTERS, PEERS, NotSupported, load
+
+#: Fields of a measurement that are summarised (median/min/max over the runs).
+_NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
+            "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
+            "due_offset_ms")
+#: The package that provides each library (for versions and install hints).
+DISTRIBUTIONS = {"dynoqueue": "dynoqueue", "bullmq": "bullmq", "rq": "rq",
+                 "dramatiq": "dramatiq", "huey": "huey", "saq": "saq"}
+
+
+@dataclass
+class Options:
+    """Sizes and switches of one suite run (defaults: the full run, < 10 min on 2 cores).
+
+    Message counts are per measurement. Peers get fewer messages than dynoqueue because they
+    are 10-100x slower per message; every figure is a rate or a per-message cost, so the
+    counts only set how long each measurement lasts (each lasts >= ~0.5 s).
+    """
+
+    runs: int = 3
+    procs: int = 4
+    dq_enqueue: int = 100_000
+    dq_enqueue_single: int = 10_000
+    dq_consume: int = 100_000
+    dq_consume_single: int = 10_000
+    peer_enqueue: int = 5_000
+    peer_enqueue_single: int = 2_000
+    peer_consume: int = 4_000
+    lateness_dense: int = 10_000
+    lateness_sparse: int = 1_000
+    spread_s: float = 4.0
+    idle_s: float = 2.0
+    depths: list[int] = field(default_factory=lambda: [1_000, 100_000, 1_000_000])
+    depth_probe: int = 5_000
+    depth_probe_single: int = 1_000
+    memory_n: int = 10_000
+    bench_requests: int = 200_000
+    libraries: list[str] = field(default_factory=lambda: ["dynoqueue", *PEERS])
+    profile: bool = False
+    quick: bool = False
+
+    @classmethod
+    def quick_mode(cls) -> Options:
+        """Small sizes, one run, two consumer processes: a smoke run of < 1 min."""
+        return cls(runs=1, procs=2, dq_enqueue=10_000, dq_enqueue_single=1_000,
+                   dq_consume=10_000, dq_consume_single=1_000, peer_enqueue=400,
+                   peer_enqueue_single=200, peer_consume=300, lateness_dense=1_000,
+                   lateness_sparse=100, spread_s=1.0, idle_s=1.0, depths=[1_000, 20_000],
+                   depth_probe=2_000, depth_probe_single=200, memory_n=1_000,
+                   bench_requests=20_000, quick=True)
+
+
+@dataclass
+class Step:
+    """One unit of work for the progress display."""
+
+    label: str
+    fn: Callable[[], None]
+
+
+def _versions(names: list[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(DISTRIBUTIONS[name])
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _available(name: str) -> str | None:
+    """None when the library's adapter imports, else the reason it does not."""
+    try:
+        load(name)
+    except ImportError as exc:
+        return f"not installed ({exc.name or exc}); pip install -e '.[bench]'"
+    return None
+
+
+def _record(bucket: list[dict[str, Any]], fn: Callable[[], dict[str, Any]]) -> None:
+    try:
+        bucket.append(fn())
+    except NotSupported as exc:
+        bucket.append({"na": str(exc)})
+    except Exception as exc:  # one failing measurement must not sink the whole run
+        bucket.append({"error": f"{type(exc).__name__}: {exc}".strip()[:500],
+                       "trace": traceback.format_exc(limit=4)})
+
+
+def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median/min/max of every numeric field over the runs that succeeded."""
+    ok = [r for r in results if "na" not in r and "error" not in r]
+    if not ok:
+        first = results[0] if results else {"error": "not run"}
+        return {k: first[k] for k in ("na", "error") if k in first}
+    out: dict[str, Any] = {}
+    for key in _NUMERIC:
+        values = [float(r[key]) for r in ok if key in r]
+        if values:
+            out[key] = summary(values)
+    for key in ("n", "procs", "spread_s", "commands", "idle_commands"):
+        if key in ok[-1]:
+            out[key] = ok[-1][key]
+    if "samples" in ok[0]:
+        out["samples"] = [s for r in ok for s in r["samples"]]
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
+    """The steps of a run and the raw-results structure they fill in.
+
+    Returns:
+        ``(steps, raw)``: run the steps in order; ``raw`` then holds lists of per-run dicts
+        under ``raw[workload][row][mode]``.
+    """
+    from . import limits, workloads
+
+    raw: dict[str, Any] = {"enqueue": {}, "consume": {}, "lateness": {}, "memory": {},
+                           "limits": {}}
+    steps: list[Step] = []
+    missing = {name: _available(name) for name in opts.libraries}
+
+    def bucket(workload: str, row: str, mode: str) -> list[dict[str, Any]]:
+        return raw[workload].setdefault(row, {}).setdefault(mode, [])
+
+    def add(label: str, workload: str, row: str, mode: str,
+            fn: Callable[[], dict[str, Any]], lib: str) -> None:
+        target = bucket(workload, row, mode)
+        if missing.get(lib):
+            if not target:
+                target.append({"na": missing[lib]})
+            return
+        steps.append(Step(label, lambda: _record(target, fn)))
+
+    bench_rates: list[dict[str, float]] = []
+    raw["limits"]["redis_benchmark"] = bench_rates
+    raw_python: list[dict[str, float]] = []
+    raw["limits"]["raw_python"] = raw_python
+
+    for run in range(1, opts.runs + 1):
+        tag = f"run {run}/{opts.runs}"
+        steps.append(Step(f"{tag} Redis limit (redis-benchmark)", lambda: bench_rates.append(
+            limits.redis_benchmark(server.port, opts.bench_requests))))
+        steps.append(Step(f"{tag} Redis limit (raw redis-py)", lambda: raw_python.append(
+            limits.raw_python(server.admin, opts.dq_enqueue))))
+        for lib in opts.libraries:
+            dq = lib == "dynoqueue"
+            n_single = opts.dq_enqueue_single if dq else opts.peer_enqueue_single
+            n_bulk = opts.dq_enqueue if dq else opts.peer_enqueue
+            n_consume = opts.dq_consume if dq else opts.peer_consume
+
+            add(f"{tag} {lib}: enqueue one per call", "enqueue", lib, "single",
+                lambda lib=lib, n=n_single: workloads.enqueue(server, lib, n, False), lib)
+            add(f"{tag} {lib}: enqueue in bulk", "enqueue", lib, "batched",
+                lambda lib=lib, n=n_bulk: workloads.enqueue(server, lib, n, True), lib)
+            add(f"{tag} {lib}: dequeue+ack, 1 consumer", "consume", lib, "one",
+                lambda lib=lib, n=n_consume: workloads.consume(server, lib, n, 1), lib)
+            if dq:
+                add(f"{tag} dynoqueue pop(1)+ack: 1 consumer", "consume", "dynoqueue pop(1)",
+                    "one", lambda: workloads.consume(server, "dynoqueue",
+                                                     opts.dq_consume_single, 1,
+                                                     {"consume_batch": 1}), lib)
+            add(f"{tag} {lib}: dequeue+ack, {opts.procs} processes", "consume", lib,
+                "several",
+                lambda lib=lib, n=n_consume: workloads.consume(server, lib, n, opts.procs), lib)
+            add(f"{tag} {lib}: lateness {opts.lateness_sparse} msgs", "lateness", lib,
+                f"{opts.lateness_sparse}",
+                lambda lib=lib: workloads.lateness(server, lib, opts.lateness_sparse,
+                                                   opts.spread_s, idle_s=opts.idle_s), lib)
+            if dq:
+                add(f"{tag} dynoqueue: lateness {opts.lateness_dense} msgs", "lateness", lib,
+                    f"{opts.lateness_dense}",
+                    lambda: workloads.lateness(server, "dynoqueue", opts.lateness_dense,
+                                               opts.spread_s, idle_s=opts.idle_s), lib)
+
+    for lib in opts.libraries:
+        add(f"{lib}: memory per waiting message", "memory", lib, "delayed",
+            lambda lib=lib: workloads.memory(server, lib, opts.memory_n), lib)
+    if "dynoqueue" in opts.libraries:
+        def depth() -> None:
+            raw["depth"] = workloads.depth_scaling(
+                server, opts.depths, opts.depth_probe, opts.depth_probe_single, opts.runs)
+
+        steps.append(Step(f"dynoqueue: cost vs depth {', '.join(map(str, opts.depths))}",
+                          depth))
+    return steps, raw
+
+
+def summarise(raw: dict[str, Any]) -> dict[str, Any]:
+    """Medians/min/max per measurement, and the limits per message mix.
+
+    Returns:
+        ``{"enqueue"|"consume"|"lateness": {row: {mode: summary}}, "limits": {...},
+        "depth": {...}}``.
+    """
+    from .limits import MIXES, mix_rate
+
+    out: dict[str, Any] = {}
+    for workload in ("enqueue", "consume", "lateness", "memory"):
+        out[workload] = {row: {mode: _summarise(results) for mode, results in modes.items()}
+                         for row, modes in raw[workload].items()}
+    bench = [r for r in raw["limits"]["redis_benchmark"] if r]
+    out["limits"] = {
+        "redis_benchmark": {cmd: summary([r[cmd] for r in bench]) for cmd in
+                            (bench[0] if bench else {})},
+        "redis_benchmark_mix": {mix: summary([mix_rate(r, mix) for r in bench])
+                                for mix in MIXES} if bench else {},
+        "raw_python": {mix: summary([r[mix] for r in raw["limits"]["raw_python"]])
+                       for mix in MIXES},
+    }
+    if "depth" in raw:
+        depth = raw["depth"]
+        out["depth"] = {
+            "depths": {str(d): {k: summary(v) for k, v in figures.items()}
+                       for d, figures in depth["depths"].items()},
+            "memory_per_msg": depth.get("memory_per_msg"),
+        }
+    return out
+
+
+def profile_core(server: Any, n: int = 20_000) -> str:
+    """cProfile of dynoqueue's batched push and pop + ack of ``n`` messages, in this process.
+
+    Returns:
+        The top functions by internal time (text), for the report.
+    """
+    import cProfile
+    import io
+    import pstats
+
+    from .common import items
+    from .peers.dynoqueue_adapter import BATCH, DynoqueueAdapter
+
+    server.admin.flushall()
+    adapter = DynoqueueAdapter(server.url, queue="profile")
+    batch = items(n)
+    profiler = cProfile.Profile()
+    try:
+        profiler.enable()
+        adapter.enqueue(batch, batched=True)
+        got = 0
+        while got < n:
+            popped = adapter.q.pop(BATCH)
+            adapter.q.ack_many(popped)
+            got += len(popped)
+        profiler.disable()
+    finally:
+        adapter.close()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+    return text.getvalue()
+
+
+def run(opts: Options, progress: Callable[[str, int, int], None] | None = None
+        ) -> dict[str, Any]:
+    """Run the whole suite on a fresh embedded redis-server.
+
+    Args:
+        opts: sizes and switches.
+        progress: called as ``progress(label, done, total)`` before each step and at the end.
+
+    Returns:
+        The results: ``meta`` (options, machine, versions, wall time), ``libraries`` (how each
+        one delays and acks), the summaries of :func:`summarise`, ``raw`` per-run figures,
+        and ``profile`` (text) when asked.
+    """
+    from dynoqueue.embedded import single
+
+    from .workloads import Server
+
+    started = time.time()
+    load_before = os.getloadavg()
+    RoundTrips.install()
+    results: dict[str, Any] = {}
+    with single() as redis_server:
+        admin = redis_server.client(decode_responses=True)
+        server = Server(f"redis://127.0.0.1:{redis_server.port}/0", redis_server.port, admin)
+        steps, raw = plan(opts, server)
+        for done, step in enumerate(steps):
+            if progress is not None:
+                progress(step.label, done, len(steps))
+            step.fn()
+        if progress is not None:
+            progress("done", len(steps), len(steps))
+        results = summarise(raw)
+        if opts.profile:
+            results["profile"] = profile_core(server)
+        redis_version = str(admin.info("server").get("redis_version"))
+        admin.close()
+    libraries = {}
+    for name in opts.libraries:
+        try:
+            cls = load(name)
+            libraries[name] = {k: getattr(cls, k) for k in
+                               ("delayed", "ack", "single_api", "batch_api", "consumer")}
+        except ImportError:
+            libraries[name] = {"missing": _available(name)}
+    results["libraries"] = libraries
+    results["raw"] = {k: v for k, v in raw.items()}
+    results["meta"] = {
+        "options": asdict(opts),
+        "wall_s": time.time() - started,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "python": platform.python_version(),
+        "redis_server": redis_version,
+        "versions": _versions([n for n in opts.libraries if n in ADAPTERS]),
+    }
+    return results
