@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import ClusterNode, LoadBalancingStrategy, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
+from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RedisOperationError
 from .sharding import SingleShardSupplier, ZoneShardSupplier
 
 if TYPE_CHECKING:
@@ -201,8 +201,10 @@ def from_url(
         A RedisQueues that owns its connections: :meth:`RedisQueues.close` closes them.
 
     Raises:
-        ConfigurationError: a bad URL, zone list or setting. Nothing is connected yet, so a
-            wrong address shows up at the first call, as a RedisOperationError.
+        ConfigurationError: a bad URL, zone list or setting.
+        RedisOperationError: (cluster URLs only) no node could be reached or logged in to.
+            Other deployments connect lazily: a wrong address or password shows up at the
+            first call, as a RedisOperationError.
     """
     parsed = parse_url(url)
     if dynomite:
@@ -294,8 +296,10 @@ def from_sentinel(
     if password is not None:
         common["password"] = password
     tls_only = {k: v for k, v in common.items() if k == "ssl" or k in _TLS_PARAMS}
-    to_sentinels = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0, **tls_only,
-                    **(sentinel_options or {})}
+    # One quick try per sentinel: the data connection's retry budget already repeats the
+    # whole discovery, and nested retries would multiply into minutes.
+    to_sentinels = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0,
+                    "retry": Retry(NoBackoff(), 0), **tls_only, **(sentinel_options or {})}
     manager = Sentinel(  # type: ignore[no-untyped-call]
         sentinels, sentinel_kwargs=to_sentinels, **common
     )
@@ -343,6 +347,8 @@ def from_cluster(
 
     Raises:
         ConfigurationError: a bad address, zone list or setting.
+        RedisOperationError: no startup node could be reached or logged in to (RedisCluster
+            reads the slot map when it is created).
     """
     supplier = _shard_supplier(zones, local_zone, settings)
     common = _client_options(client_options, retry)
@@ -378,13 +384,20 @@ def from_cluster(
 
     def cluster(**extra: Any) -> RedisCluster:
         # RedisCluster has its own retry around MOVED/ASK and failovers; give it our budget.
-        return RedisCluster(startup_nodes=startup_nodes, retry=retry_obj, **common, **extra)
+        # It reads the slot map at construction, so a wrong address or password shows here.
+        try:
+            return RedisCluster(startup_nodes=startup_nodes, retry=retry_obj, **common, **extra)
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise RedisOperationError("connect", "", f"Redis Cluster at {startup}: {exc}") from exc
 
     primary = cluster()
+    local = primary
     if read_from_replicas:
-        local = cluster(load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS)
-    else:
-        local = primary
+        try:
+            local = cluster(load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS)
+        except BaseException:
+            primary.close()
+            raise
     owned = [primary] + ([local] if local is not primary else [])
     return _build(primary, local, owned, key_prefix=key_prefix, shard_supplier=supplier,
                   **settings)
@@ -396,8 +409,6 @@ def wait_until_ready(queues: RedisQueues, timeout_s: float = 10.0) -> None:
     Raises:
         RedisOperationError: they did not within ``timeout_s`` seconds.
     """
-    from .errors import RedisOperationError
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:

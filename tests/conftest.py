@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from dynoqueue import RedisQueues, StaticShardSupplier
 from dynoqueue.embedded import RedisServer, ZoneRing, single, zone_ring
