@@ -1,0 +1,53 @@
+"""The data source on a real Redis Cluster: its keys share the queue's slot, every mode works."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynoqueue.embedded import cluster
+from dynoqueue.spark.options import SourceOptions, connected
+
+from .conftest import queue_totals, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_write_read_and_stream_on_a_cluster(spark: Any, prefix: str, tmp_path: Path) -> None:
+    with cluster(3, 0) as topology:
+        source = {"url": topology.url,  # redis+cluster://h:p,h:p,h:p
+                  "queue": "reminders", "keyPrefix": prefix, "zones": "z-a,z-b,z-c"}
+        ids = {f"c{i:03d}" for i in range(300)}
+        (spark.createDataFrame(sorted((i, "p") for i in ids), "id string, payload string")
+         .write.format("dynoqueue").options(**source).mode("append").save())
+        snapshot = spark.read.format("dynoqueue").options(**source).load()
+        assert {r["id"] for r in snapshot.collect()} == ids
+
+        delivered: list[str] = []
+        lock = threading.Lock()
+
+        def sink(batch: Any, batch_id: int) -> None:
+            rows = batch.collect()
+            with lock:
+                delivered.extend(r["id"] for r in rows)
+
+        query = (spark.readStream.format("dynoqueue").options(**source)
+                 .option("maxMessagesPerTrigger", "120").load()
+                 .writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / "ck")).start())
+        with connected(SourceOptions.parse(source)) as queues:
+            queue = queues.get("reminders")
+            assert queue.keys.hash_tag  # a Cluster queue's keys carry the {Q} tag
+            try:
+                wait_for(lambda: queue_totals(queue) == (0, 0), what="the stream to drain")
+            finally:
+                query.stop()
+            assert sorted(delivered) == sorted(ids)
+            client = topology.client()
+            slot = client.keyslot(queue.keys.message_hash)
+            spark_keys = [k.decode() for k in client.scan_iter(match=f"{prefix}.SPARK.*")]
+            assert spark_keys and all(client.keyslot(k) == slot for k in spark_keys)
+            client.close()
