@@ -1,12 +1,15 @@
 """The physical limit: what Redis itself does with the commands one message needs.
 
-Two measures on the same server:
+Three measures on the same server:
 
-* ``redis-benchmark`` (the C client shipped with Redis, one connection, pipelined): the rate of
-  each bare command a message needs, combined into messages/s for a command mix by adding the
-  per-command times (1 / sum(1 / rate)). This is the server's limit on this machine.
+* server-side (:func:`lua_limit`): the command mix of 500 messages run inside one Lua call,
+  so neither the network, the protocol nor a client costs anything: the server's own
+  execution limit for these commands, the ceiling of any Lua-batched design.
+* ``redis-benchmark`` (the C client shipped with Redis, one connection, pipelined 64): the rate
+  of each bare command, combined into messages/s for a mix by adding the per-command times
+  (1 / sum(1 / rate)): the limit for commands sent one by one.
 * a raw redis-py loop: the same commands, pipelined in batches from Python, non-atomic and
-  without any queue logic. This is what any Python client can reach with plain commands.
+  without any queue logic: what any Python client reaches with plain commands.
 
 Mixes per message: push = HSET (payload) + ZADD (due time); pop + ack = HGET + ZREM + ZADD
 (claim: read payload, leave the queue zset, enter the unack zset) + ZREM + HDEL (ack); the
@@ -87,6 +90,62 @@ def mix_rate(rates: dict[str, float], mix: str) -> float:
         return 1.0 / sum(1.0 / rates[c] for c in MIXES[mix])
     except (KeyError, ZeroDivisionError):
         return float("nan")
+
+
+_PUSH_LUA = """
+local base = tonumber(ARGV[2])
+for i = 1, tonumber(ARGV[3]) do
+  local id = 'l' .. (base + i)
+  redis.call('HSET', KEYS[1], id, ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[4], id)
+end
+return 1
+"""
+_POP_ACK_LUA = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  redis.call('HGET', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZADD', KEYS[3], ARGV[3], id)
+end
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[1], id)
+end
+return #ids
+"""
+
+
+def lua_limit(client: Any, n: int) -> dict[str, float]:
+    """The mixes run by the server alone: one Lua call per BATCH messages, calls back to back.
+
+    Args:
+        client: a redis-py client of the server (keys ``lua:*``, deleted afterwards).
+        n: messages (rounded up to whole batches).
+
+    Returns:
+        ``{"push": msgs/s, "pop+ack": msgs/s}`` (one round trip per BATCH messages included).
+    """
+    push = client.register_script(_PUSH_LUA)
+    pop_ack = client.register_script(_POP_ACK_LUA)
+    keys = ["lua:h", "lua:q", "lua:u"]
+    body = "v" * 60
+    calls = max(1, -(-n // BATCH))
+    push(keys=keys, args=[body, -BATCH, 0, 0])  # load the script before timing
+    started = time.perf_counter()
+    for c in range(calls):
+        push(keys=keys, args=[body, c * BATCH, BATCH, 1000])
+    push_rate = calls * BATCH / (time.perf_counter() - started)
+    started = time.perf_counter()
+    moved = 0
+    while True:
+        got = int(pop_ack(keys=keys, args=[2000, BATCH, 99_000]))
+        moved += got
+        if got < BATCH:
+            break
+    pop_rate = moved / (time.perf_counter() - started)
+    client.delete(*keys)
+    return {"push": push_rate, "pop+ack": pop_rate}
 
 
 def raw_python(client: Any, n: int) -> dict[str, float]:

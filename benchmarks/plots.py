@@ -47,11 +47,11 @@ def throughput(results: dict[str, Any], path: Path) -> Path:
             ax.annotate("n/a" if math.isnan(v) else f"{v / 1000:.1f}k",
                         (bar.get_x() + bar.get_width() / 2, max(bar.get_height(), 1)),
                         ha="center", va="bottom", fontsize=7)
-    limit = results["limits"].get("redis_benchmark_mix", {})
+    limit = results["limits"].get("server_lua", {})
     for mix, style in (("push", "--"), ("pop+ack", ":")):
         if mix in limit:
             ax.axhline(limit[mix]["median"], linestyle=style, color="grey",
-                       label=f"Redis limit, {mix} (redis-benchmark)")
+                       label=f"Redis limit, {mix} (server-side Lua, 500 per call)")
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(libs))], libs)
     ax.set_yscale("log")
     ax.set_ylabel("messages / s (log scale, median)")

@@ -160,6 +160,8 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     raw["limits"]["redis_benchmark"] = bench_rates
     raw_python: list[dict[str, float]] = []
     raw["limits"]["raw_python"] = raw_python
+    server_lua: list[dict[str, float]] = []
+    raw["limits"]["server_lua"] = server_lua
 
     for run in range(1, opts.runs + 1):
         tag = f"run {run}/{opts.runs}"
@@ -167,6 +169,8 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
             limits.redis_benchmark(server.port, opts.bench_requests))))
         steps.append(Step(f"{tag} Redis limit (raw redis-py)", lambda: raw_python.append(
             limits.raw_python(server.admin, opts.dq_enqueue))))
+        steps.append(Step(f"{tag} Redis limit (server-side Lua)", lambda: server_lua.append(
+            limits.lua_limit(server.admin, opts.dq_enqueue))))
         for lib in opts.libraries:
             dq = lib == "dynoqueue"
             n_single = opts.dq_enqueue_single if dq else opts.peer_enqueue_single
@@ -230,6 +234,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         "redis_benchmark_mix": {mix: summary([mix_rate(r, mix) for r in bench])
                                 for mix in MIXES} if bench else {},
         "raw_python": {mix: summary([r[mix] for r in raw["limits"]["raw_python"]])
+                       for mix in MIXES},
+        "server_lua": {mix: summary([r[mix] for r in raw["limits"]["server_lua"]])
                        for mix in MIXES},
     }
     if "depth" in raw:
