@@ -50,8 +50,8 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--libraries", type=_libraries, metavar="A,B",
                         help=f"only these (default all: {','.join(_LIBRARIES)})")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile dynoqueue's push/pop/ack (cProfile; always done "
-                             "when a throughput goal is missed)")
+                        help="also profile dynoqueue's push/pop/ack (cProfile; done anyway "
+                             "when a goal is missed)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.set_defaults(handler=run_command)
     return parser

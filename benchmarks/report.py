@@ -197,8 +197,9 @@ def tables(results: dict[str, Any]) -> list[Table]:
         info = results["libraries"].get(lib, {})
         consumer = info.get("consumer", "") if lib != "dynoqueue pop(1)" else \
             "pop(1) + ack(id): one message per call"
+        several = con.get(lib, {}).get("several")
         t.rows.append([lib, fmt(con.get(lib, {}).get("one")),
-                       fmt(con.get(lib, {}).get("several")), consumer])
+                       fmt(several) if several or lib != "dynoqueue pop(1)" else "-", consumer])
     t.rows.append(["Redis limit: HGET+ZREM+ZADD+ZREM+HDEL inside Lua",
                    fmt({"rate": lua.get("pop+ack")}), "", "server only: 500 msgs per call"])
     t.rows.append(["Redis limit: the same one by one",
