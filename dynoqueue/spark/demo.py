@@ -279,6 +279,12 @@ class _Run:
         began = time.monotonic()
         self.progress("load", 0, 0)
         reminders = self._reminders()
+        try:
+            return self._run(reminders, began)
+        finally:
+            reminders.unpersist()
+
+    def _run(self, reminders: Any, began: float) -> SparkDemoReport:
         count = reminders.count()
         if count == 0:
             raise InvalidArgumentError(

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -81,6 +82,9 @@ def local_session(app_name: str = "dynoqueue", master: str = "local[2]",
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # pyspark warns about pandas >= 3 on import; neither the data source nor the demo use pandas.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                            category=FutureWarning)
     from pyspark.sql import SparkSession
 
     from .source import register

@@ -148,16 +148,25 @@ class DynoQueueDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name, ``"dynoqueue"``."""
         return FORMAT
 
     def schema(self) -> str:
+        """The read schema (:data:`SCHEMA`), the same for batch and streaming reads."""
         return SCHEMA
 
     def reader(self, schema: StructType) -> DynoQueueReader:
+        """The batch reader (a snapshot). Raises ConfigurationError for a custom schema."""
         _check_read_schema(schema)
         return DynoQueueReader(self.parsed)
 
     def writer(self, schema: StructType, overwrite: bool) -> DynoQueueWriter:
+        """The batch writer for a DataFrame of ``schema``.
+
+        Raises:
+            ConfigurationError: ``overwrite`` (only append is supported), or a column that is
+                unknown, missing or of the wrong type (see :meth:`WriteColumns.of`).
+        """
         if overwrite:
             raise ConfigurationError(
                 "dynoqueue: only mode('append') is supported: a queue is not overwritten "
@@ -166,10 +175,12 @@ class DynoQueueDataSource(DataSource):
         return DynoQueueWriter(self.parsed, WriteColumns.of(schema))
 
     def streamReader(self, schema: StructType) -> DynoQueueStreamReader:
+        """The streaming reader of due messages. Raises ConfigurationError for a custom schema."""
         _check_read_schema(schema)
         return DynoQueueStreamReader(self.parsed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DynoQueueStreamWriter:
+        """The streaming writer. Raises ConfigurationError as :meth:`writer` does."""
         if overwrite:
             raise ConfigurationError("dynoqueue: only outputMode('append') is supported")
         return DynoQueueStreamWriter(self.parsed, WriteColumns.of(schema))
@@ -463,13 +474,16 @@ class DynoQueueWriter(DataSourceWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[Any]) -> PartitionWritten:
+        """Executor side: push this task's rows (:func:`push_rows`); returns its commit message."""
         return push_rows(self.options, self.columns, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver side, every task succeeded: log the rows written per partition."""
         log.info("dynoqueue write to %s committed: %s", self.options.describe(),
                  _summary(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver side, the job failed: log what the finished partitions had pushed."""
         failed = sum(1 for m in messages if m is None)
         log.warning("dynoqueue write to %s failed in %d partitions; pushed before: %s",
                     self.options.describe(), failed, _summary(messages))
@@ -487,13 +501,16 @@ class DynoQueueStreamWriter(DataSourceStreamWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[Any]) -> PartitionWritten:
+        """Executor side: push this task's rows of the micro-batch (:func:`push_rows`)."""
         return push_rows(self.options, self.columns, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver side: log the rows written per partition of micro-batch ``batchId``."""
         log.info("dynoqueue stream write to %s, batch %d: %s", self.options.describe(),
                  batchId, _summary(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver side: log what the finished partitions of a failed micro-batch pushed."""
         log.warning("dynoqueue stream write to %s, batch %d aborted; pushed before: %s",
                     self.options.describe(), batchId, _summary(messages))
 
@@ -524,13 +541,16 @@ class StreamKeys:
 
     @property
     def pending(self) -> str:
+        """Zset of the recorded, not yet acked batch numbers."""
         return f"{self._base}.PENDING"
 
     @property
     def last(self) -> str:
+        """String: the highest batch number ever recorded."""
         return f"{self._base}.LAST"
 
     def batch(self, number: int) -> str:
+        """List of the claimed messages (JSON) of batch ``number``."""
         return f"{self._base}.BATCH.{number}"
 
 
