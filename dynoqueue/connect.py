@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from .errors import ConfigurationError, RedisOperationError
 from .sharding import SingleShardSupplier, ZoneShardSupplier
@@ -87,6 +87,34 @@ class RetryBudget:
     def worst_case_s(self) -> float:
         """Upper bound of the time spent backing off, seconds (socket timeouts not included)."""
         return float(sum(min(self.cap_s, self.base_s * 2**i) for i in range(self.retries)))
+
+
+class _FollowingSentinelConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that asks the sentinels again on *every* reconnect.
+
+    redis-py 8.1 reconnects a dropped connection from ``send_packed_command`` through
+    ``connect_check_health``, which skips the sentinel lookup that ``connect`` does; after a
+    failover such a connection retries the dead primary's address until the retry budget
+    runs out. Routing that path through ``connect`` makes every reconnect follow the primary.
+    """
+
+    _resolving = False
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        if self._sock is None and not self._resolving:
+            self._resolving = True
+            try:
+                self.connect()  # type: ignore[no-untyped-call]  # retry + sentinel lookup
+                return
+            finally:
+                self._resolving = False
+        super().connect_check_health(check_health=check_health,
+                                     retry_socket_connect=retry_socket_connect)
+
+
+class _FollowingSentinelSSLConnection(_FollowingSentinelConnection, SentinelManagedSSLConnection):
+    """The same over TLS."""
 
 
 @dataclass
@@ -303,11 +331,13 @@ def from_sentinel(
     manager = Sentinel(  # type: ignore[no-untyped-call]
         sentinels, sentinel_kwargs=to_sentinels, **common
     )
-    primary = manager.master_for(service_name)  # type: ignore[no-untyped-call]
+    following = _FollowingSentinelSSLConnection if tls else _FollowingSentinelConnection
+    primary = manager.master_for(  # type: ignore[no-untyped-call]
+        service_name, connection_class=following)
     local = _replica_client(replica_urls, zones, local_zone, common)
     if local is None:
-        local = (manager.slave_for(service_name)  # type: ignore[no-untyped-call]
-                 if read_from_replicas else primary)
+        local = (manager.slave_for(  # type: ignore[no-untyped-call]
+            service_name, connection_class=following) if read_from_replicas else primary)
     owned = [primary] + ([local] if local is not primary else [])
     return _build(primary, local, owned, key_prefix=key_prefix,
                   shard_supplier=supplier, **settings)

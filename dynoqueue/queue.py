@@ -7,6 +7,7 @@ shard sizes, local_get, scans) go to the non-quorum connection, usually the loca
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -15,7 +16,9 @@ from functools import partial
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .doorbell import Doorbell
@@ -42,6 +45,9 @@ SCRIPT_BATCH = 500
 STALE_CHECK_LIMIT = 1000
 #: Waiting pops re-check this often when the doorbell subscription is down.
 _FALLBACK_POLL_S = 0.05
+# Pauses between attempts of a pipelined cluster write after a failover (MOVED, connection
+# lost): ~7 s in all, longer than a replica takes over with cluster-node-timeout up to ~5 s.
+_CLUSTER_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
 _SET_TIMEOUT_ATTEMPTS = 5
 
 
@@ -661,6 +667,7 @@ class DynoQueue:
 
     def _call(self, operation: str, key: str, fn: Callable[[], T]) -> T:
         """Run ``fn``, turning redis-py errors into typed dynoqueue errors."""
+        self._check_open()  # a builder's factory closes its connections with the queues
         try:
             return fn()
         except ResponseError as exc:
@@ -691,12 +698,26 @@ class DynoQueue:
             if quorum == 0 and len(calls) == 1:
                 keys, args = calls[0]
                 return [script(keys=keys, args=args)]
-            pipe = self._wait_target(key).pipeline(transaction=False)
-            for keys, args in calls:
-                script(keys=keys, args=args, client=pipe)
-            if quorum:
-                pipe.execute_command("WAIT", quorum, self._write_quorum_timeout_ms)
-            results = list(pipe.execute())
+            if isinstance(self._quorum, RedisCluster):
+                return self._on_slot_owner(key, pipelined)
+            return pipelined(self._quorum)
+
+        def pipelined(target: Any) -> list[Any]:
+            for attempt in (1, 2):
+                pipe = target.pipeline(transaction=False)
+                for keys, args in calls:
+                    script(keys=keys, args=args, client=pipe)
+                if quorum:
+                    pipe.execute_command("WAIT", quorum, self._write_quorum_timeout_ms)
+                try:
+                    results = list(pipe.execute())
+                    break
+                except NoScriptError:
+                    # A failover moved the connection to a server that never loaded the
+                    # script (pipelines check before sending). Every call of this one script
+                    # failed, so nothing ran: run it again, which loads it first.
+                    if attempt == 2:
+                        raise
             if quorum:
                 acknowledged = int(results.pop())
                 if acknowledged < quorum:
@@ -705,12 +726,26 @@ class DynoQueue:
 
         return self._call(operation, key, run)
 
-    def _wait_target(self, key: str) -> Any:
-        """The client a write and its WAIT share: on Cluster, the primary owning the key's slot."""
-        if isinstance(self._quorum, RedisCluster):
-            node = self._quorum.get_node_from_key(key)  # type: ignore[no-untyped-call]
-            return self._quorum.get_redis_connection(node)
-        return self._quorum
+    def _on_slot_owner(self, key: str, run: Callable[[Any], T]) -> T:
+        """Run ``run(client)`` on the primary that owns ``key``'s slot, so a write and its WAIT
+        reach the same node. This bypasses RedisCluster's own routing, so it does what that
+        routing would after a failover or resharding: re-read the slot map and try again."""
+        cluster = self._quorum
+        for attempt, pause_s in enumerate((*_CLUSTER_RETRY_PAUSES_S, None)):
+            node = cluster.get_node_from_key(key)
+            try:
+                return run(cluster.get_redis_connection(node))
+            except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+                moved = isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in (
+                    "MOVED", "CLUSTERDOWN", "TRYAGAIN", "READONLY")
+                if pause_s is None or not (moved or not isinstance(exc, ResponseError)):
+                    raise
+                log.info("cluster write to %s failed (%s); re-reading the slot map, retry %d",
+                         node.name, exc, attempt + 1)
+                time.sleep(pause_s)
+                with contextlib.suppress(RedisError, RedisClusterException):
+                    cluster.nodes_manager.initialize()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _claim_keys(self, order: list[int]) -> list[str]:
         return [
@@ -812,7 +847,10 @@ class DynoQueue:
         claimed: dict[str, Message] = {}
         while True:
             ticket = bell.ticket(channels)
-            got, next_due_ms = self._claim_once(order, count - len(claimed))
+            try:
+                got, next_due_ms = self._claim_once(order, count - len(claimed))
+            except QueueClosedError:  # close() released this waiting pop
+                return list(claimed.values())
             for message in got:
                 claimed[message.id] = message
             remaining = deadline - time.monotonic()

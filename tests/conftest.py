@@ -145,3 +145,14 @@ def eventually(check: Callable[[], bool], timeout_s: float = 5.0, interval_s: fl
             return True
         time.sleep(interval_s)
     return check()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Repeat the fault tests' summary rows at the end of the run (they are in the CI log)."""
+    from .faults import HEADER, SUMMARY_ROWS
+
+    if SUMMARY_ROWS:
+        terminalreporter.section("fault test summary")
+        terminalreporter.write_line(HEADER)
+        for row in SUMMARY_ROWS:
+            terminalreporter.write_line(row)

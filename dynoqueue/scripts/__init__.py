@@ -7,13 +7,16 @@ the sync client and a later asyncio twin run exactly the same text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: Scripts that change state: they run on the quorum connection.
 WRITE_SCRIPTS = (
@@ -104,6 +107,12 @@ class ReplicaScript:
                 return conn.evalsha_ro(self.sha, len(keys), *keys, *args)
             except NoScriptError:
                 return conn.eval_ro(self.text, len(keys), *keys, *args)
+        except (RedisConnectionError, RedisTimeoutError):
+            # The replica is gone (a failover?): refresh the slot map, and read this once
+            # through RedisCluster's own routing, which retries.
+            with contextlib.suppress(RedisError, RedisClusterException):
+                cluster.nodes_manager.initialize()
+            return self._fallback(keys=keys, args=args)
         except ResponseError as exc:
             if "unknown command" not in str(exc).lower():
                 raise

@@ -1,0 +1,91 @@
+"""Bookkeeping for the fault tests: who pushed what, what came out, and one summary row each.
+
+A push counts as *acknowledged* when the call returned without an error (with
+``write_quorum >= 1``: at least one replica confirmed it). *Lost* = acknowledged but never
+delivered. *Duplicated* = deliveries beyond the first of an id. *Early* = delivered before its
+due time (taken from the wall clock just before the push, so never a false alarm). *Seconds
+unavailable* = the longest stretch in which no push was acknowledged while producers kept
+trying.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dynoqueue import DynoQueueError
+
+#: Rows of every fault test of this session, printed by conftest's terminal summary hook.
+SUMMARY_ROWS: list[str] = []
+HEADER = (f"{'fault test':<34} {'attempts':>8} {'acked':>7} {'delivered':>9} {'lost':>5} "
+          f"{'dup':>5} {'early':>5} {'unavail s':>9}")
+
+
+@dataclass
+class Ledger:
+    """Thread-safe record of one fault run."""
+
+    name: str
+    attempts: int = 0
+    acknowledged: set[str] = field(default_factory=set)
+    due_ms: dict[str, float] = field(default_factory=dict)
+    deliveries: Counter[str] = field(default_factory=Counter)
+    early: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+    ack_times: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attempt(self, ids: list[str], delay_ms: int) -> None:
+        due = time.time() * 1000 + delay_ms
+        with self._lock:
+            self.attempts += len(ids)
+            for message_id in ids:
+                self.due_ms.setdefault(message_id, due)
+
+    def acked(self, ids: list[str]) -> None:
+        with self._lock:
+            self.acknowledged.update(ids)
+            self.ack_times.append(time.monotonic())
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.errors.append(exc)
+
+    def delivered(self, ids: list[str]) -> None:
+        now_ms = time.time() * 1000
+        with self._lock:
+            for message_id in ids:
+                self.deliveries[message_id] += 1
+                if now_ms + 1 < self.due_ms.get(message_id, 0):
+                    self.early += 1
+
+    @property
+    def lost(self) -> set[str]:
+        with self._lock:
+            return {i for i in self.acknowledged if self.deliveries[i] == 0}
+
+    @property
+    def duplicated(self) -> int:
+        with self._lock:
+            return sum(n - 1 for n in self.deliveries.values() if n > 1)
+
+    def seconds_unavailable(self) -> float:
+        with self._lock:
+            times = sorted(self.ack_times)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+    def untyped_errors(self) -> list[BaseException]:
+        """Errors that are not DynoQueueError subclasses (the contract says: typed)."""
+        with self._lock:
+            return [e for e in self.errors if not isinstance(e, DynoQueueError)]
+
+    def row(self) -> str:
+        """The summary row; also kept in :data:`SUMMARY_ROWS`."""
+        line = (f"{self.name:<34} {self.attempts:>8} {len(self.acknowledged):>7} "
+                f"{len(self.deliveries):>9} {len(self.lost):>5} {self.duplicated:>5} "
+                f"{self.early:>5} {self.seconds_unavailable():>9.2f}")
+        SUMMARY_ROWS.append(line)
+        return line

@@ -1,0 +1,239 @@
+"""Fault injection on real processes (loopback only, bounded in time): a consumer killed while it
+holds leases, a Sentinel failover under load, a Redis Cluster primary killed under load.
+
+Each test prints one summary row (see tests/faults.py); the terminal summary repeats them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
+from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing
+
+from .deployments import ZONES, Deployment
+from .faults import Ledger
+
+pytestmark = pytest.mark.slow
+
+LEASE_MS = 1500
+REPROCESS_MS = 200
+
+
+# ------------------------------------------------------------------ a consumer killed mid-flight
+
+_VICTIM = """
+import json, sys, time
+from dynoqueue import RedisQueues
+url, prefix, queue, count, lease = sys.argv[1:6]
+queues = RedisQueues.from_url(url, key_prefix=prefix, unack_timeout_ms=int(lease),
+                              unack_handler_interval_ms=0, read_from_replicas=False)
+got = queues.get(queue).pop(int(count), wait_ms=5000)
+print(json.dumps([m.id for m in got]), flush=True)
+time.sleep(120)  # holds its leases until SIGKILL
+"""
+
+
+def test_a_consumer_killed_holding_leases_loses_nothing(deployment: Deployment) -> None:
+    prefix, name = f"f{uuid.uuid4().hex[:8]}", "jobs"
+    ledger = Ledger(f"consumer SIGKILL ({deployment.name})")
+    with RedisQueues.from_url(deployment.url, key_prefix=prefix, unack_timeout_ms=LEASE_MS,
+                              unack_handler_interval_ms=REPROCESS_MS,
+                              read_from_replicas=False) as queues:
+        q = queues.get(name)
+        messages = [Message(f"m{i}", f"job {i}") for i in range(200)]
+        ledger.attempt([m.id for m in messages], 0)
+        ledger.acked(q.push(messages))
+
+        victim = subprocess.Popen(
+            [sys.executable, "-c", _VICTIM, deployment.url, prefix, name, "40", str(LEASE_MS)],
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert victim.stdout is not None
+            held = json.loads(victim.stdout.readline())
+            assert len(held) == 40
+            ledger.delivered(held)
+            victim.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+        finally:
+            victim.kill()
+            victim.wait()
+
+        came_back_at: dict[str, float] = {}
+        deadline = time.monotonic() + (LEASE_MS + REPROCESS_MS) / 1000 + 10
+        while (ledger.lost or len(came_back_at) < len(held)) and time.monotonic() < deadline:
+            got = q.pop(50, wait_ms=100)
+            ledger.delivered([m.id for m in got])
+            for m in got:
+                if m.id in held:
+                    came_back_at[m.id] = time.monotonic()
+            q.ack_many(got)
+        assert q.size() == 0
+    print("\n" + ledger.row())
+    assert not ledger.lost
+    assert set(came_back_at) == set(held)  # every leased message was delivered again...
+    slowest = max(came_back_at.values()) - killed_at
+    assert slowest < (LEASE_MS + REPROCESS_MS) / 1000 + 3  # ...within lease + interval (+slack)
+    assert ledger.early == 0
+
+
+# ------------------------------------------------------------------ load with a fault in between
+
+
+def _run_load(
+    ledger: Ledger,
+    producer: DynoQueue,
+    consumers: list[DynoQueue],
+    fault: Callable[[], None],
+    *,
+    before_s: float = 1.5,
+    after_s: float = 2.0,
+    drain_s: float = 30.0,
+) -> None:
+    """Producers and consumers run; ``fault`` strikes (and waits for recovery); then drain."""
+    stop_producing = threading.Event()
+    stop_consuming = threading.Event()
+
+    def produce() -> None:
+        rng = random.Random(7)
+        batch_no = 0
+        while not stop_producing.is_set():
+            delay = rng.choice((0, 0, 50, 200))
+            batch = [Message(f"b{batch_no}-{j}", "x", timeout=delay) for j in range(5)]
+            batch_no += 1
+            ledger.attempt([m.id for m in batch], delay)
+            try:
+                ledger.acked(producer.push(batch))
+            except Exception as exc:  # recorded: the contract says typed errors only
+                ledger.failed(exc)
+                time.sleep(0.02)
+            time.sleep(0.003)
+
+    def consume(q: DynoQueue) -> None:
+        while not stop_consuming.is_set():
+            try:
+                got = q.pop(20, wait_ms=100)
+                ledger.delivered([m.id for m in got])
+                if got:
+                    q.ack_many(got)
+            except Exception as exc:
+                ledger.failed(exc)
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=produce, daemon=True)]
+    threads += [threading.Thread(target=consume, args=(q,), daemon=True) for q in consumers]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(before_s)
+        fault()
+        time.sleep(after_s)
+    finally:
+        stop_producing.set()
+        threads[0].join(timeout=30)
+    deadline = time.monotonic() + drain_s
+    while ledger.lost and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_consuming.set()
+    for thread in threads[1:]:
+        thread.join(timeout=30)
+
+
+def test_sentinel_failover_under_load_loses_no_acknowledged_push() -> None:
+    """write_quorum=1 + min-replicas-to-write 1: every acknowledged push survives the primary's
+    SIGKILL; the sentinels promote a replica and the builders' connections follow it."""
+    ledger = Ledger("sentinel failover (SIGKILL)")
+    safe = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+    with SentinelRing(ZONES, extra_args=safe, down_after_ms=1000) as ring:
+        prefix = f"f{uuid.uuid4().hex[:8]}"
+        zones = [
+            RedisQueues.from_url(ring.url, zones=ZONES, local_zone=zone, key_prefix=prefix,
+                                 write_quorum=1, write_quorum_timeout_ms=500,
+                                 unack_timeout_ms=LEASE_MS,
+                                 unack_handler_interval_ms=REPROCESS_MS)
+            for zone in ZONES
+        ]
+        try:
+            old = ring.current_primary()
+            took: dict[str, float] = {}
+
+            def kill_primary() -> None:
+                started = time.monotonic()
+                old.kill()
+                ring.wait_for_new_primary(old, timeout_s=30)
+                took["failover"] = time.monotonic() - started
+
+            queues = [z.get("load") for z in zones]
+            _run_load(ledger, queues[0], queues, kill_primary)
+            assert ring.current_primary() is not old
+        finally:
+            for z in zones:
+                z.close()
+    print("\n" + ledger.row() + f"  (failover {took['failover']:.1f} s)")
+    assert not ledger.lost, sorted(ledger.lost)[:10]
+    assert ledger.early == 0
+    assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
+    assert len(ledger.acknowledged) > 100  # the run did real work on both sides of the fault
+
+
+def _taken_over(topology: ClusterTopology, queue: DynoQueue, old: RedisServer) -> bool:
+    try:
+        return topology.owner_of(queue.keys.message_hash) is not old
+    except DynoQueueError:
+        return False
+
+
+def test_cluster_primary_killed_under_load_keeps_the_queue_working() -> None:
+    """Kill the primary that owns the queue's slot; its replica takes over, the queue keeps
+    working and no acknowledged push is lost."""
+    ledger = Ledger("cluster primary SIGKILL")
+    with ClusterTopology(3, 1, node_timeout_ms=1000) as topology:
+        prefix = f"f{uuid.uuid4().hex[:8]}"
+        factories = [
+            RedisQueues.from_url(topology.url, key_prefix=prefix, write_quorum=1,
+                                 write_quorum_timeout_ms=500, unack_timeout_ms=LEASE_MS,
+                                 unack_handler_interval_ms=REPROCESS_MS)
+            for _ in range(2)
+        ]
+        try:
+            queues = [f.get("load") for f in factories]
+            owner = topology.owner_of(queues[0].keys.message_hash)
+
+            def kill_owner() -> None:
+                owner.kill()
+                deadline = time.monotonic() + 30
+                while not _taken_over(topology, queues[0], owner):
+                    assert time.monotonic() < deadline, "no replica took over the slot"
+                    time.sleep(0.1)
+                # The promoted replica has no replica of its own, so WAIT 1 fails (typed)
+                # until the old primary is back: it rejoins as the new primary's replica.
+                owner.start()
+                while owner.info("replication").get("master_link_status") != "up":
+                    assert time.monotonic() < deadline, "the old primary did not rejoin"
+                    time.sleep(0.1)
+
+            _run_load(ledger, queues[0], queues, kill_owner)
+            new_owner = topology.owner_of(queues[0].keys.message_hash)
+            assert new_owner is not owner
+            queues[0].push([Message("after")])  # and the queue still takes writes
+            assert queues[0].contains("after")
+        finally:
+            for f in factories:
+                f.close()
+    print("\n" + ledger.row())
+    assert not ledger.lost, sorted(ledger.lost)[:10]
+    assert ledger.early == 0
+    assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
+    assert len(ledger.acknowledged) > 100
