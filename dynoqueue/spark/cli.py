@@ -142,25 +142,19 @@ _PHASES = {
 
 
 def _with_progress(options: Any, console: Any, run: Any) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  TextColumn("{task.fields[count]}"), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
-        task = bar.add_task(_PHASES["load"], total=None)
+        task = bar.add_task(_PHASES["load"], total=None, count="")
 
         def progress(phase: str, done: int, total: int) -> None:
-            bar.update(task, description=_PHASES.get(phase, phase),
-                       total=total if phase == "stream" else None,
-                       completed=done if phase == "stream" else 0)
+            if phase == "stream":  # a real bar: reminders delivered and acked so far
+                bar.update(task, description=_PHASES[phase], total=total, completed=done,
+                           count=f"{done:,}/{total:,}")
+            else:  # a phase of unknown length: a pulsing bar
+                bar.reset(task, total=None, description=_PHASES.get(phase, phase), count="")
 
         # Spark's start-up happens inside run: the bar shows it as the "load" phase.
         return run(options, progress=progress)
-
