@@ -557,8 +557,8 @@ def render_spark_report(report: SparkDemoReport, console: Any = None, *,
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                       title="reminders by local hour of the original day",
                       title_justify="left")
-        for column in ("hour", "sched", "deliv", "dup", "lost", "early", "late p50 ms",
-                       "late p99 ms", "max ms"):
+        for column in ("hour", "sched", "deliv", "dup", "lost", "early", "late\np50 ms",
+                       "late\np99 ms", "late\nmax ms"):
             table.add_column(column, justify="right", no_wrap=True)
         rows = [*report.hours, t]
         for i, row in enumerate(rows):
