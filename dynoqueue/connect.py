@@ -314,15 +314,7 @@ def from_sentinel(
     if not service_name:
         raise ConfigurationError("service_name must name the monitored primary")
     supplier = _shard_supplier(zones, local_zone, settings)
-    common = _client_options(client_options, retry)
-    # The query string of a URL arrives as text: redis.Redis(...) wants typed values.
-    common = _typed(common)
-    if tls:
-        common["ssl"] = True
-    if username is not None:
-        common["username"] = username
-    if password is not None:
-        common["password"] = password
+    common = _credentials(_client_options(client_options, retry), tls, username, password)
     tls_only = {k: v for k, v in common.items() if k == "ssl" or k in _TLS_PARAMS}
     # One quick try per sentinel: the data connection's retry budget already repeats the
     # whole discovery, and nested retries would multiply into minutes.
@@ -401,13 +393,7 @@ def from_cluster(
         startup = [(str(h), int(p)) for h, p in nodes]
         if not startup:
             raise ConfigurationError("at least one cluster node is needed")
-    common = _typed(common)
-    if tls:
-        common["ssl"] = True
-    if username is not None:
-        common["username"] = username
-    if password is not None:
-        common["password"] = password
+    common = _credentials(common, tls, username, password)
     retry_obj = common.pop("retry")
     common.pop("retry_on_error", None)
     startup_nodes = [ClusterNode(h, p) for h, p in startup]  # type: ignore[no-untyped-call]
@@ -548,6 +534,20 @@ def _query(query: str) -> dict[str, Any]:
             )
         options[key] = value
     return options
+
+
+def _credentials(
+    options: Mapping[str, Any], tls: bool, username: str | None, password: str | None
+) -> dict[str, Any]:
+    """Client options with TLS and the ACL user added (URL query values typed first)."""
+    common = _typed(options)
+    if tls:
+        common["ssl"] = True
+    if username is not None:
+        common["username"] = username
+    if password is not None:
+        common["password"] = password
+    return common
 
 
 def _typed(options: Mapping[str, Any]) -> dict[str, Any]:
