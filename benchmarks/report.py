@@ -260,9 +260,10 @@ def tables(results: dict[str, Any]) -> list[Table]:
         t.rows.append([f"{int(depths[-1]):,} vs {int(depths[0]):,}"] + [
             ratio(last[key]["median"], first[key]["median"])
             for key in ("push", "pop+ack", "push single", "pop+ack single")])
-        t.notes = [f"probe of {opts['depth_probe']:,} messages in bulk and "
-                   f"{opts['depth_probe_single']:,} one by one at each depth; peers not "
-                   "measured: filling 1M jobs at their enqueue rates takes minutes each"]
+        t.notes = [f"one queue per depth; probes of {opts['depth_probe']:,} messages in bulk "
+                   f"and {opts['depth_probe_single']:,} one by one, the depths taken in turn "
+                   "in each run; peers not measured: filling 1M jobs at their enqueue rates "
+                   "takes minutes each"]
         out.append(t)
 
     t = Table("5. Memory per waiting message (INFO memory used_memory, bytes)",

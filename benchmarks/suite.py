@@ -52,7 +52,7 @@ class Options:
     spread_s: float = 4.0
     idle_s: float = 2.0
     depths: list[int] = field(default_factory=lambda: [1_000, 100_000, 1_000_000])
-    depth_probe: int = 5_000
+    depth_probe: int = 20_000
     depth_probe_single: int = 1_000
     memory_n: int = 10_000
     bench_requests: int = 200_000

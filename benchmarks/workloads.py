@@ -205,67 +205,69 @@ def depth_scaling(server: Server, depths: list[int], probe: int, probe_single: i
                   runs: int, progress: Any = None) -> dict[str, Any]:
     """Workload 4 (+5): dynoqueue push/pop cost with ``depth`` messages waiting (not yet due).
 
-    The queue is filled with messages due in 10 days up to each depth in turn; at each depth,
-    ``runs`` times: push ``probe`` due messages in batches and pop + ack them in batches, then
-    the same one message per call for ``probe_single`` messages.
+    One queue per depth is filled with messages due in 10 days. Then, ``runs`` times and taking
+    the queues in turn (so a change in machine load hits every depth alike): push ``probe`` due
+    messages in batches, pop + ack them in batches, then the same one message per call for
+    ``probe_single`` messages. The depth of each queue stays the same throughout. One untimed
+    round comes first, to warm up.
 
     Returns:
         ``{"depths": {depth: {"push": [rates], "pop+ack": [...], "push single": [...],
-        "pop+ack single": [...]}}, "memory_per_msg": bytes at the largest depth}``.
+        "pop+ack single": [...]}}, "memory_per_msg": bytes per waiting message at the largest
+        depth}``.
     """
     from dynoqueue import Message
 
     from .peers.dynoqueue_adapter import BATCH, DynoqueueAdapter
 
     server.admin.flushall()
-    adapter = DynoqueueAdapter(server.url, queue="depth")
-    q = adapter.q
-    out: dict[str, Any] = {"depths": {}}
-    filled = 0
     time.sleep(_SETTLE_S)
-    mem0 = used_memory(server.admin)
+    adapters = {depth: DynoqueueAdapter(server.url, queue=f"depth{depth}") for depth in depths}
+    out: dict[str, Any] = {"depths": {depth: {"push": [], "pop+ack": [], "push single": [],
+                                              "pop+ack single": []} for depth in depths}}
     try:
         for depth in depths:
-            while filled < depth:
-                chunk = min(BATCH, depth - filled)
-                q.push([Message(f"f{filled + i}", "x" * 60, timeout=864_000_000)
-                        for i in range(chunk)])
-                filled += chunk
-            figures: dict[str, list[float]] = {"push": [], "pop+ack": [], "push single": [],
-                                               "pop+ack single": []}
-            for run in range(-1 if depth == depths[0] else 0, runs):  # run -1: warm-up
+            q = adapters[depth].q
+            mem0 = used_memory(server.admin)
+            for start in range(0, depth, BATCH):
+                q.push([Message(f"f{i}", "x" * 60, timeout=864_000_000)
+                        for i in range(start, min(depth, start + BATCH))])
+            out["memory_per_msg"] = (used_memory(server.admin) - mem0) / max(depth, 1)
+            if progress is not None:
+                progress(depth)
+        for run in range(-1, runs):  # run -1: warm-up, not recorded
+            for depth in depths:
+                q = adapters[depth].q
+                figures = out["depths"][depth]
+                rates: dict[str, float] = {}
                 msgs = [Message(f"p{run}.{i}", "x" * 60) for i in range(probe)]
                 started = time.perf_counter()
                 for i in range(0, probe, BATCH):
                     q.push(msgs[i:i + BATCH])
-                figures["push"].append(probe / (time.perf_counter() - started))
+                rates["push"] = probe / (time.perf_counter() - started)
                 started = time.perf_counter()
                 got = 0
                 while got < probe:
                     batch = q.pop(BATCH)
                     q.ack_many(batch)
                     got += len(batch)
-                figures["pop+ack"].append(probe / (time.perf_counter() - started))
+                rates["pop+ack"] = probe / (time.perf_counter() - started)
                 singles = [Message(f"s{run}.{i}", "x" * 60) for i in range(probe_single)]
                 started = time.perf_counter()
                 for m in singles:
                     q.push([m])
-                figures["push single"].append(probe_single / (time.perf_counter() - started))
+                rates["push single"] = probe_single / (time.perf_counter() - started)
                 started = time.perf_counter()
                 for _ in range(probe_single):
                     (m,) = q.pop(1)
                     q.ack(m.id)
-                figures["pop+ack single"].append(
-                    probe_single / (time.perf_counter() - started))
-                if run < 0:
-                    for values in figures.values():
-                        values.clear()
-            out["depths"][depth] = figures
-            if progress is not None:
-                progress(depth)
-        out["memory_per_msg"] = (used_memory(server.admin) - mem0) / max(filled, 1)
-        out["waiting"] = q.size()
+                rates["pop+ack single"] = probe_single / (time.perf_counter() - started)
+                if run >= 0:
+                    for key, value in rates.items():
+                        figures[key].append(value)
+        out["waiting"] = {depth: adapters[depth].q.size() for depth in depths}
     finally:
-        q.clear()
-        adapter.close()
+        for adapter in adapters.values():
+            adapter.q.clear()
+            adapter.close()
     return out
