@@ -51,6 +51,7 @@ class Options:
     lateness_sparse: int = 1_000
     spread_s: float = 4.0
     idle_s: float = 2.0
+    lead_s: float = 1.0
     depths: list[int] = field(default_factory=lambda: [1_000, 100_000, 1_000_000])
     depth_probe: int = 20_000
     depth_probe_single: int = 1_000
@@ -66,7 +67,8 @@ class Options:
         return cls(runs=1, procs=2, dq_enqueue=10_000, dq_enqueue_single=1_000,
                    dq_consume=10_000, dq_consume_single=1_000, peer_enqueue=400,
                    peer_enqueue_single=200, peer_consume=300, lateness_dense=1_000,
-                   lateness_sparse=100, spread_s=1.0, idle_s=1.0, depths=[1_000, 20_000],
+                   lateness_sparse=100, spread_s=1.0, idle_s=1.0, lead_s=0.5,
+                   depths=[1_000, 20_000],
                    depth_probe=2_000, depth_probe_single=200, memory_n=1_000,
                    bench_requests=20_000, quick=True)
 
@@ -194,12 +196,14 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
             add(f"{tag} {lib}: lateness {opts.lateness_sparse} msgs", "lateness", lib,
                 f"{opts.lateness_sparse}",
                 lambda lib=lib: workloads.lateness(server, lib, opts.lateness_sparse,
-                                                   opts.spread_s, idle_s=opts.idle_s), lib)
+                                                   opts.spread_s, idle_s=opts.idle_s,
+                                                   lead_s=opts.lead_s), lib)
             if dq:
                 add(f"{tag} dynoqueue: lateness {opts.lateness_dense} msgs", "lateness", lib,
                     f"{opts.lateness_dense}",
                     lambda: workloads.lateness(server, "dynoqueue", opts.lateness_dense,
-                                               opts.spread_s, idle_s=opts.idle_s), lib)
+                                               opts.spread_s, idle_s=opts.idle_s,
+                                                   lead_s=opts.lead_s), lib)
 
     for lib in opts.libraries:
         add(f"{lib}: memory per waiting message", "memory", lib, "delayed",

@@ -177,7 +177,7 @@ def lateness(server: Server, name: str, n: int, spread_s: float, *, idle_s: floa
     producer = load(name)(server.url)
     try:
         group.go()
-        time.sleep(1.0)  # let the consumer reach its idle wait
+        time.sleep(min(1.0, max(0.5, idle_s)))  # let the consumer reach its idle wait
         reset_stats(server.admin)
         reads0 = reads_processed(server.admin)
         time.sleep(idle_s)
