@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dynoqueue.cli_args import int_at_least
+
 _LIBRARIES = ["dynoqueue", "bullmq", "rq", "dramatiq", "huey", "saq"]
 
 
@@ -25,14 +27,6 @@ def _libraries(text: str) -> list[str]:
     return names
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -42,9 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                         help="where results.json, results.md and the PNG plots go "
                              "(default: bench-results)")
-    parser.add_argument("--runs", type=_positive, metavar="N",
+    parser.add_argument("--runs", type=int_at_least(1), metavar="N",
                         help="repeat every measurement N times (default 3; --quick 1)")
-    parser.add_argument("--procs", type=_positive, metavar="N",
+    parser.add_argument("--procs", type=int_at_least(1), metavar="N",
                         help="consumer processes of the 'several consumers' workload "
                              "(default 4; --quick 2)")
     parser.add_argument("--libraries", type=_libraries, metavar="A,B",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .cli_args import int_at_least, positive_float
 from .errors import DynoQueueError, InvalidArgumentError
 
 EXIT_OK = 0
@@ -40,27 +41,8 @@ def _day(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,33 +112,33 @@ def _add_demo(commands: Any) -> None:
     demo.add_argument("--day", type=_day, default=DEFAULT_DAY, metavar="YYYY-MM-DD",
                       help=f"the 2013 day to replay (default {DEFAULT_DAY.isoformat()})")
     timing = demo.add_mutually_exclusive_group()
-    timing.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+    timing.add_argument("--duration", type=positive_float, metavar="SECONDS",
                         help="wall seconds over which the day's reminders fall due "
                              f"(default {DEFAULT_DURATION_S:g})")
-    timing.add_argument("--compression", type=_positive_float, metavar="FACTOR",
+    timing.add_argument("--compression", type=positive_float, metavar="FACTOR",
                         help="day seconds per wall second instead, e.g. 3600 = an hour a second")
     demo.add_argument("--redis-url", metavar="URL",
                       help="use this Redis for every zone instead of starting a local zone ring "
                            "(write_quorum=1 only if it has connected replicas)")
-    demo.add_argument("--consumers-per-zone", type=_int_at_least(1),
+    demo.add_argument("--consumers-per-zone", type=int_at_least(1),
                       default=defaults.consumers_per_zone, metavar="N",
                       help="live consumer threads per zone "
                            f"(default {defaults.consumers_per_zone})")
-    demo.add_argument("--unack-timeout-ms", type=_int_at_least(1),
+    demo.add_argument("--unack-timeout-ms", type=int_at_least(1),
                       default=defaults.unack_timeout_ms, metavar="MS",
                       help="lease of a popped message; the crashed consumer's messages come back "
                            f"after it (default {defaults.unack_timeout_ms})")
-    demo.add_argument("--unack-interval-ms", type=_int_at_least(1),
+    demo.add_argument("--unack-interval-ms", type=int_at_least(1),
                       default=defaults.unack_handler_interval_ms, metavar="MS",
                       help="how often the unack reprocessor runs "
                            f"(default {defaults.unack_handler_interval_ms})")
-    demo.add_argument("--pop-count", type=_int_at_least(1), default=defaults.pop_count,
+    demo.add_argument("--pop-count", type=int_at_least(1), default=defaults.pop_count,
                       metavar="N", help=f"messages per pop (default {defaults.pop_count})")
-    demo.add_argument("--pop-wait-ms", type=_int_at_least(0), default=defaults.pop_wait_ms,
+    demo.add_argument("--pop-wait-ms", type=int_at_least(0), default=defaults.pop_wait_ms,
                       metavar="MS",
                       help="how long an idle consumer waits for its next message "
                            f"(default {defaults.pop_wait_ms})")
-    demo.add_argument("--crash-batch", type=_int_at_least(0), default=defaults.crash_batch,
+    demo.add_argument("--crash-batch", type=int_at_least(0), default=defaults.crash_batch,
                       metavar="N",
                       help="messages the crashing consumer pops before dying; 0: no crash "
                            f"(default {defaults.crash_batch})")

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..cli_args import int_at_least, positive_float
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -41,24 +43,8 @@ def _day(text: str) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def add_parser(commands: Any) -> None:
@@ -85,7 +71,7 @@ def add_parser(commands: Any) -> None:
                         help="replay all of 2013 (336,776 flights)")
     period.add_argument("--day", type=_day, metavar="YYYY-MM-DD",
                         help="replay a single day")
-    demo.add_argument("--day-seconds", type=_positive_float, default=1.0, metavar="S",
+    demo.add_argument("--day-seconds", type=positive_float, default=1.0, metavar="S",
                       help="wall seconds per day of the calendar (default 1: a month in ~31 s)")
     demo.add_argument("--lead", type=float, metavar="S",
                       help="seconds between the start of scheduling and the first reminder "
@@ -93,9 +79,9 @@ def add_parser(commands: Any) -> None:
     demo.add_argument("--redis-url", metavar="URL",
                       help="use this Redis (any RedisQueues.from_url URL) instead of a local "
                            "redis-server")
-    demo.add_argument("--max-per-trigger", type=_positive_int, default=20_000, metavar="N",
+    demo.add_argument("--max-per-trigger", type=int_at_least(1), default=20_000, metavar="N",
                       help="most reminders one micro-batch claims (default 20000)")
-    demo.add_argument("--lease-ms", type=_positive_int, default=60_000, metavar="MS",
+    demo.add_argument("--lease-ms", type=int_at_least(1), default=60_000, metavar="MS",
                       help="lease of claimed reminders; a micro-batch must commit within it "
                            "(default 60000)")
     demo.add_argument("--output", type=Path, metavar="DIR",
