@@ -17,7 +17,12 @@ from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
@@ -735,10 +740,8 @@ class DynoQueue:
             node = cluster.get_node_from_key(key)
             try:
                 return run(cluster.get_redis_connection(node))
-            except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-                moved = isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in (
-                    "MOVED", "CLUSTERDOWN", "TRYAGAIN", "READONLY")
-                if pause_s is None or not (moved or not isinstance(exc, ResponseError)):
+            except (RedisConnectionError, RedisTimeoutError, *scripts.SLOT_MOVED_ERRORS) as exc:
+                if pause_s is None:
                     raise
                 log.info("cluster write to %s failed (%s); re-reading the slot map, retry %d",
                          node.name, exc, attempt + 1)

@@ -237,3 +237,24 @@ def test_cluster_primary_killed_under_load_keeps_the_queue_working() -> None:
     assert ledger.early == 0
     assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
     assert len(ledger.acknowledged) > 100
+
+
+def test_cluster_write_after_a_manual_failover_follows_moved() -> None:
+    """A graceful failover leaves the old primary up as a replica: a client whose slot map still
+    names it gets MOVED on its pipelined write (write_quorum=1), re-reads the map and succeeds."""
+    with ClusterTopology(3, 1, node_timeout_ms=1000) as topology, RedisQueues.from_url(
+        topology.url, write_quorum=1, write_quorum_timeout_ms=2000,
+        key_prefix=f"f{uuid.uuid4().hex[:8]}", unack_handler_interval_ms=0,
+    ) as queues:
+        q = queues.get("moved")
+        q.push([Message("before")])  # caches the slot owner
+        owner = topology.owner_of(q.keys.message_hash)
+        replica = next(s for s in topology.servers()
+                       if s.info("replication").get("master_port") == owner.port)
+        replica._admin_client().execute_command("CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + 30
+        while topology.owner_of(q.keys.message_hash) is not replica:
+            assert time.monotonic() < deadline, "the manual failover did not happen"
+            time.sleep(0.1)
+        q.push([Message("after")])  # first reaches the old owner, now a replica: MOVED
+        assert q.contains("before") and q.contains("after")

@@ -14,8 +14,17 @@ from importlib import resources
 from typing import Any
 
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: Scripts that change state: they run on the quorum connection.
@@ -33,6 +42,9 @@ WRITE_SCRIPTS = (
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale")
+#: Cluster replies meaning the slot map is stale or the slot is changing hands (MOVED is an
+#: AskError). Matched by type: a pipeline rewrites the message ("Command # 1 ... caused error").
+SLOT_MOVED_ERRORS = (AskError, ClusterDownError, TryAgainError, ReadOnlyError)
 
 
 _DOORBELL_ON = "local DOORBELL = true"
@@ -107,8 +119,8 @@ class ReplicaScript:
                 return conn.evalsha_ro(self.sha, len(keys), *keys, *args)
             except NoScriptError:
                 return conn.eval_ro(self.text, len(keys), *keys, *args)
-        except (RedisConnectionError, RedisTimeoutError):
-            # The replica is gone (a failover?): refresh the slot map, and read this once
+        except (RedisConnectionError, RedisTimeoutError, *SLOT_MOVED_ERRORS):
+            # The replica is gone or no longer serves the slot: refresh the slot map, read once
             # through RedisCluster's own routing, which retries.
             with contextlib.suppress(RedisError, RedisClusterException):
                 cluster.nodes_manager.initialize()
