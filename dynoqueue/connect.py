@@ -255,8 +255,8 @@ def from_url(
                             client_options=client_options, **settings)
     supplier = _shard_supplier(zones, local_zone, settings)
     common = _client_options(client_options, retry)
+    local = _replica_client(replica_urls, zones, local_zone, common, wanted=read_from_replicas)
     primary = redis.Redis.from_url(url, **common)
-    local = _replica_client(replica_urls, zones, local_zone, common) if read_from_replicas else None
     return _build(primary, local or primary, [primary] + ([local] if local else []),
                   key_prefix=key_prefix, shard_supplier=supplier, **settings)
 
@@ -320,13 +320,13 @@ def from_sentinel(
     # whole discovery, and nested retries would multiply into minutes.
     to_sentinels = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0,
                     "retry": Retry(NoBackoff(), 0), **tls_only, **(sentinel_options or {})}
+    local = _replica_client(replica_urls, zones, local_zone, common, wanted=read_from_replicas)
     manager = Sentinel(  # type: ignore[no-untyped-call]
         sentinels, sentinel_kwargs=to_sentinels, **common
     )
     following = _FollowingSentinelSSLConnection if tls else _FollowingSentinelConnection
     primary = manager.master_for(  # type: ignore[no-untyped-call]
         service_name, connection_class=following)
-    local = _replica_client(replica_urls, zones, local_zone, common)
     if local is None:
         local = (manager.slave_for(  # type: ignore[no-untyped-call]
             service_name, connection_class=following) if read_from_replicas else primary)
@@ -511,7 +511,11 @@ def _replica_client(
     zones: Sequence[str] | None,
     local_zone: str | None,
     common: Mapping[str, Any],
+    *,
+    wanted: bool,
 ) -> Any:
+    """The local zone's replica client from ``replica_urls``, or None (none given, none for
+    this zone, or replica reads not ``wanted``). ``replica_urls`` is checked in every case."""
     if not replica_urls:
         return None
     unknown = set(replica_urls) - set(zones or ())
@@ -522,7 +526,7 @@ def _replica_client(
         return None
     if parse_url(url).kind != "single":
         raise ConfigurationError(f"a replica URL names one server: {_redact(url)}")
-    return redis.Redis.from_url(url, **common)
+    return redis.Redis.from_url(url, **common) if wanted else None
 
 
 def _query(query: str) -> dict[str, Any]:

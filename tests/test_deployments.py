@@ -78,6 +78,8 @@ def test_errors_do_not_show_the_password() -> None:
     {"local_zone": "us-east-1a"},  # no zones
     {"zones": ZONES, "local_zone": "eu-west-1a"},
     {"zones": ZONES, "local_zone": "us-east-1a", "replica_urls": {"mars-1a": "redis://h:1"}},
+    {"zones": ZONES, "local_zone": "us-east-1a", "replica_urls": {"mars-1a": "redis://h:1"},
+     "read_from_replicas": False},  # checked even when not used
     {"write_quorum": -1},
     {"client_options": {"host": "elsewhere"}},
 ])
