@@ -419,24 +419,6 @@ def from_cluster(
                   **settings)
 
 
-def wait_until_ready(queues: RedisQueues, timeout_s: float = 10.0) -> None:
-    """Block until the quorum and non-quorum connections answer PING.
-
-    Raises:
-        RedisOperationError: they did not within ``timeout_s`` seconds.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            queues.quorum_conn.ping()
-            queues.non_quorum_conn.ping()
-            return
-        except redis.RedisError as exc:
-            if time.monotonic() >= deadline:
-                raise RedisOperationError("ping", "", str(exc)) from exc
-            time.sleep(0.1)
-
-
 # ---------------------------------------------------------------------------------- helpers
 
 

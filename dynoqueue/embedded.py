@@ -1403,18 +1403,6 @@ class ClusterTopology(Topology):
                             return candidate
         raise RedisServerStartError(f"no live node knows who serves slot {slot}")
 
-    def wait_until_ready(self, timeout_s: float | None = None) -> None:
-        """Block until every live node reports ``cluster_state:ok`` and the same slot owners.
-
-        Raises:
-            RedisServerStartError: not ready within ``timeout_s`` seconds.
-        """
-        deadline = time.monotonic() + (timeout_s or self._ready_timeout_s)
-        while not self._ready(require_replicas=False):
-            if time.monotonic() > deadline:
-                raise RedisServerStartError(f"cluster not ready: {self._state()}")
-            time.sleep(0.1)
-
     def _is_up(self, port: int) -> bool:
         return any(s.port == port and s.is_running() for s in self.servers())
 
