@@ -987,15 +987,13 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
     if not quiet:
         out.print(f"[bold]dynoqueue demo[/]: boarding reminders for {report.day:%a} "
                   f"{report.day.isoformat()}, {report.flights} flights from EWR, JFK and LGA")
-        header = Table.grid(padding=(0, 2))
-        header.add_column(style="dim")
-        header.add_column()
-        header.add_row("time", f"day compressed {report.compression:,.0f}x: the reminders "
-                               f"fall due over {report.schedule_s:.1f} s "
-                               f"(run: {report.elapsed_s:.1f} s)")
-        header.add_row("topology", report.topology)
-        header.add_row("queue", f"{QUEUE_NAME}, key prefix {report.key_prefix}")
-        out.print(header)
+        print_header(out, [
+            ("time", f"day compressed {report.compression:,.0f}x: the reminders "
+                     f"fall due over {report.schedule_s:.1f} s "
+                     f"(run: {report.elapsed_s:.1f} s)"),
+            ("topology", report.topology),
+            ("queue", f"{QUEUE_NAME}, key prefix {report.key_prefix}"),
+        ])
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                       title="reminders by the zone (airport) that scheduled them",
                       title_justify="left")
@@ -1008,7 +1006,7 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
             late = row.lateness
             table.add_row(
                 row.zone, row.airport, str(row.scheduled), str(row.delivered),
-                str(row.redelivered), _mark(row.lost), _mark(row.early),
+                str(row.redelivered), mark_nonzero(row.lost), mark_nonzero(row.early),
                 f"{_ms(late.p50)}/{_ms(late.p99)}/{_ms(late.max)}", str(row.consumed),
                 f"{row.shard.get('size', '?')}/{row.shard.get('uacked', '?')}",
                 end_section=i == len(report.zones) - 1,
@@ -1030,9 +1028,7 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
         if report.error_count:
             out.print(f"[yellow]{report.error_count} recovered Redis errors[/], e.g. "
                       f"{report.errors[0]}")
-        for inv in report.invariants:
-            mark = "[green]ok[/]  " if inv.ok else "[red]FAIL[/]"
-            out.print(f"  {mark} {inv.name}: {inv.detail}")
+        print_invariants(out, report.invariants)
     t = report.total
     if report.ok:
         out.print(f"[bold green]OK[/]: {t.delivered}/{t.scheduled} delivered, 0 lost, 0 early, "
@@ -1047,5 +1043,25 @@ def _ms(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _mark(value: int) -> str:
+def mark_nonzero(value: int) -> str:
+    """``value`` as rich markup, red unless 0 (for lost/early counts that must be 0)."""
     return str(value) if value == 0 else f"[red]{value}[/]"
+
+
+def print_header(out: Any, rows: list[tuple[str, str]]) -> None:
+    """Print a report's ``name  value`` header lines (names dim) on a rich Console."""
+    from rich.table import Table
+
+    header = Table.grid(padding=(0, 2))
+    header.add_column(style="dim")
+    header.add_column()
+    for name, value in rows:
+        header.add_row(name, value)
+    out.print(header)
+
+
+def print_invariants(out: Any, invariants: list[Invariant]) -> None:
+    """Print each checked property as ``ok``/``FAIL`` with its measured detail."""
+    for inv in invariants:
+        mark = "[green]ok[/]  " if inv.ok else "[red]FAIL[/]"
+        out.print(f"  {mark} {inv.name}: {inv.detail}")

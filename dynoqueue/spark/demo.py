@@ -32,7 +32,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..demo import DATA_YEAR, REMINDER_LEAD, ZONES, Invariant, flights_csv_path
+from ..demo import (
+    DATA_YEAR,
+    REMINDER_LEAD,
+    ZONES,
+    Invariant,
+    flights_csv_path,
+    mark_nonzero,
+    print_header,
+    print_invariants,
+)
 from ..errors import InvalidArgumentError
 from ..queue import DynoQueue
 from .options import SourceOptions, connected
@@ -543,17 +552,15 @@ def render_spark_report(report: SparkDemoReport, console: Any = None, *,
         span = f"{report.start:%Y-%m-%d %H:%M} .. {report.end:%Y-%m-%d %H:%M}"
         out.print(f"[bold]dynoqueue spark-demo[/]: boarding reminders for {report.flights:,} "
                   f"flights departing NYC {span} (local time)")
-        header = Table.grid(padding=(0, 2))
-        header.add_column(style="dim")
-        header.add_column()
-        header.add_row("time", f"calendar compressed {report.compression:,.0f}x "
-                               f"({86_400 / report.compression:g} s per day): reminders fall "
-                               f"due over {report.schedule_s:.1f} s")
-        header.add_row("redis", report.topology)
-        header.add_row("queue", f"{QUEUE_NAME}, key prefix {report.key_prefix}")
-        header.add_row("spark", f"{report.batches} micro-batches; phases: " + ", ".join(
-            f"{k} {v:.1f} s" for k, v in report.timings.items()))
-        out.print(header)
+        print_header(out, [
+            ("time", f"calendar compressed {report.compression:,.0f}x "
+                     f"({86_400 / report.compression:g} s per day): reminders fall "
+                     f"due over {report.schedule_s:.1f} s"),
+            ("redis", report.topology),
+            ("queue", f"{QUEUE_NAME}, key prefix {report.key_prefix}"),
+            ("spark", f"{report.batches} micro-batches; phases: " + ", ".join(
+                f"{k} {v:.1f} s" for k, v in report.timings.items())),
+        ])
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                       title="reminders by local hour of the original day",
                       title_justify="left")
@@ -565,15 +572,13 @@ def render_spark_report(report: SparkDemoReport, console: Any = None, *,
             table.add_row(
                 "total" if row.hour is None else f"{row.hour:02d}",
                 f"{row.scheduled:,}", f"{row.delivered:,}", f"{row.duplicates:,}",
-                _mark(row.lost), _mark(row.early), _ms(row.p50_ms), _ms(row.p99_ms),
+                mark_nonzero(row.lost), mark_nonzero(row.early), _ms(row.p50_ms), _ms(row.p99_ms),
                 _ms(row.max_ms), end_section=i == len(rows) - 2,
                 style="bold" if row.hour is None else None)
         out.print(table)
         out.print("[dim]lateness: delivered (claimed by the stream) - due, in wall ms, over "
                   "first deliveries; dup: deliveries beyond the first (at-least-once).[/]")
-        for inv in report.invariants:
-            mark = "[green]ok[/]  " if inv.ok else "[red]FAIL[/]"
-            out.print(f"  {mark} {inv.name}: {inv.detail}")
+        print_invariants(out, report.invariants)
     if report.ok:
         out.print(f"[bold green]OK[/]: {t.delivered:,}/{t.scheduled:,} delivered, 0 lost, "
                   f"0 early, {t.duplicates} duplicates; lateness p50 {_ms(t.p50_ms)} ms, "
@@ -586,6 +591,3 @@ def render_spark_report(report: SparkDemoReport, console: Any = None, *,
 def _ms(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
-
-def _mark(value: int) -> str:
-    return str(value) if value == 0 else f"[red]{value}[/]"
