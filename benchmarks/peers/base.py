@@ -8,9 +8,10 @@ is measured is the library's own cost.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Sequence
-from typing import ClassVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, ClassVar
 
 from ..common import Item
 
@@ -87,3 +88,44 @@ class Adapter:
     def waiting(self) -> int:
         """How many messages wait in Redis (ready or delayed), through the library's API."""
         raise NotImplementedError
+
+
+class AsyncAdapter(Adapter):
+    """An adapter for an asyncio library (bullmq, saq): it owns one event loop, opens the
+    library's queue object on it, and runs the library's coroutines there.
+
+    Subclasses implement :meth:`_open`, :meth:`_close_queue` and :meth:`_enqueue`, and set
+    ``batch`` (messages per bulk call).
+    """
+
+    batch: ClassVar[int] = 500
+
+    def __init__(self, url: str, queue: str = "bench") -> None:
+        super().__init__(url, queue)
+        self.loop = asyncio.new_event_loop()
+        self.q: Any = self.run(self._open())
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coroutine`` to completion on this adapter's loop and return its result."""
+        return self.loop.run_until_complete(coroutine)
+
+    async def _open(self) -> Any:
+        """Create (and connect) the library's queue object."""
+        raise NotImplementedError
+
+    async def _close_queue(self) -> None:
+        """Close the library's queue object."""
+        raise NotImplementedError
+
+    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
+        """Enqueue ``batch`` one call per message, or ``size`` per bulk call."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the queue object, then the event loop."""
+        self.run(self._close_queue())
+        self.loop.close()
+
+    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
+        """See :meth:`Adapter.enqueue`; bulk calls carry ``chunk`` (default ``batch``)."""
+        self.run(self._enqueue(batch, batched, chunk or self.batch))

@@ -10,7 +10,7 @@ from typing import Any
 from bullmq import Queue, Worker
 
 from ..common import Item, now_ms
-from .base import Adapter, OnBatch
+from .base import AsyncAdapter, OnBatch
 
 BATCH = 500
 #: Jobs one Worker runs at once (bullmq's default is 1; more overlaps the round trips).
@@ -18,7 +18,7 @@ CONCURRENCY = 10
 _JOB_OPTS = {"removeOnComplete": True, "removeOnFail": True}
 
 
-class BullmqAdapter(Adapter):
+class BullmqAdapter(AsyncAdapter):
     """bullmq: ``delay`` (ms) puts the job in the delayed zset; completion removes it."""
 
     name = "bullmq"
@@ -30,24 +30,16 @@ class BullmqAdapter(Adapter):
     batch_api = f"await queue.addBulk(jobs), {BATCH} per call"
     consumer = f"Worker(concurrency={CONCURRENCY}) in its own asyncio loop"
 
-    def __init__(self, url: str, queue: str = "bench") -> None:
-        super().__init__(url, queue)
-        self.loop = asyncio.new_event_loop()
-        self.q: Any = self.loop.run_until_complete(self._make_queue())
+    batch = BATCH
 
-    async def _make_queue(self) -> Any:
+    async def _open(self) -> Any:
         return Queue(self.queue, {"connection": self.url})
 
-    def close(self) -> None:
-        """Close the queue's connection and the event loop."""
-        self.loop.run_until_complete(self.q.close())
-        self.loop.close()
-
-    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
-        """``add`` one by one, or ``addBulk`` in chunks of BATCH."""
-        self.loop.run_until_complete(self._enqueue(batch, batched, chunk or BATCH))
+    async def _close_queue(self) -> None:
+        await self.q.close()
 
     async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
+        """``add`` one by one, or ``addBulk`` in chunks of ``size``."""
         if not batched:
             for item in batch:
                 await self.q.add("noop", {"b": item.body},
@@ -63,7 +55,7 @@ class BullmqAdapter(Adapter):
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
         """Run a Worker until ``stop`` is set."""
-        self.loop.run_until_complete(self._consume(on_batch, stop))
+        self.run(self._consume(on_batch, stop))
 
     async def _consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
         async def process(job: Any, token: str) -> None:
@@ -77,6 +69,6 @@ class BullmqAdapter(Adapter):
 
     def waiting(self) -> int:
         """Jobs waiting, delayed, prioritised or active."""
-        counts = self.loop.run_until_complete(
+        counts = self.run(
             self.q.getJobCounts("wait", "delayed", "prioritized", "active", "paused"))
         return int(sum(counts.values()))

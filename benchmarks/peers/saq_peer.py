@@ -10,7 +10,7 @@ from typing import Any
 from saq import Queue, Worker
 
 from ..common import Item, now_ms
-from .base import Adapter, OnBatch
+from .base import AsyncAdapter, OnBatch
 
 BATCH = 500
 #: Jobs one Worker runs at once (saq's default).
@@ -24,7 +24,7 @@ async def noop(ctx: Any, *, b: str) -> None:
         _HOOK[0]([b])
 
 
-class SaqAdapter(Adapter):
+class SaqAdapter(AsyncAdapter):
     """saq: ``scheduled`` (epoch s) puts the job in the 'incomplete' zset; finish acks it."""
 
     name = "saq"
@@ -36,26 +36,18 @@ class SaqAdapter(Adapter):
                  "saq pipelines concurrent calls up to its max_concurrent_ops)")
     consumer = f"Worker(concurrency={CONCURRENCY}) in its own asyncio loop"
 
-    def __init__(self, url: str, queue: str = "bench") -> None:
-        super().__init__(url, queue)
-        self.loop = asyncio.new_event_loop()
-        self.q: Any = self.loop.run_until_complete(self._make_queue())
+    batch = BATCH
 
-    async def _make_queue(self) -> Any:
+    async def _open(self) -> Any:
         queue = Queue.from_url(self.url, name=self.queue)
         await queue.connect()
         return queue
 
-    def close(self) -> None:
-        """Disconnect and close the loop."""
-        self.loop.run_until_complete(self.q.disconnect())
-        self.loop.close()
-
-    def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
-        """``enqueue`` one by one, or BATCH concurrent enqueues at a time."""
-        self.loop.run_until_complete(self._enqueue(batch, batched, chunk or BATCH))
+    async def _close_queue(self) -> None:
+        await self.q.disconnect()
 
     async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
+        """``enqueue`` one by one, or ``size`` concurrent enqueues at a time."""
         def scheduled(item: Item, now: float) -> float:
             return item.due_ms / 1000 if item.due_ms > now else 0
 
@@ -73,7 +65,7 @@ class SaqAdapter(Adapter):
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
         """Run a Worker until ``stop`` is set."""
         _HOOK[:] = [on_batch]
-        self.loop.run_until_complete(self._consume(stop))
+        self.run(self._consume(stop))
 
     async def _consume(self, stop: threading.Event) -> None:
         worker = Worker(self.q, functions=[noop], concurrency=CONCURRENCY)
@@ -84,4 +76,4 @@ class SaqAdapter(Adapter):
 
     def waiting(self) -> int:
         """Incomplete jobs (queued, scheduled or active)."""
-        return int(self.loop.run_until_complete(self.q.count("incomplete")))
+        return int(self.run(self.q.count("incomplete")))
