@@ -388,7 +388,7 @@ def from_cluster(
         username = parsed.username if parsed.username is not None else username
         password = parsed.password if parsed.password is not None else password
         tls = tls or parsed.tls
-        common = {**_typed(parsed.options), **common}
+        common = {**parsed.options, **common}  # typed by _credentials below
     else:
         startup = [(str(h), int(p)) for h, p in nodes]
         if not startup:
