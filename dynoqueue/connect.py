@@ -19,7 +19,6 @@ the ``default`` user; query parameters go to redis-py, e.g. ``?ssl_ca_certs=/pat
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
+from .clock import system_clock_ms
 from .errors import ConfigurationError, RedisOperationError
 from .sharding import SingleShardSupplier, ZoneShardSupplier
 
@@ -420,11 +420,6 @@ def from_cluster(
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def system_clock_ms() -> int:
-    """This process's wall clock in epoch milliseconds (the Dynomite profile's time source)."""
-    return time.time_ns() // 1_000_000
 
 
 def _dynomite_settings(parsed: ParsedUrl, settings: dict[str, Any]) -> dict[str, Any]:

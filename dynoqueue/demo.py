@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 import redis
 
+from .clock import system_clock_ms
 from .errors import DynoQueueError, InvalidArgumentError, QuorumNotReachedError
 from .message import Message
 from .queue import DynoQueue
@@ -551,10 +552,6 @@ def _nearest_rank(ordered: Sequence[int], percent: float) -> int:
     return ordered[index]
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
@@ -747,8 +744,9 @@ def _run(
             )
             zones[name] = _Zone(name, factory, factory.get(QUEUE_NAME))
         schedule_ms = max(offsets)
-        start_ms = _now_ms() + 100  # consumers subscribe to their doorbells meanwhile
-        deadline = time.monotonic() + (start_ms - _now_ms() + schedule_ms) / 1000 + options.grace_s
+        start_ms = system_clock_ms() + 100  # consumers subscribe to their doorbells meanwhile
+        deadline = (time.monotonic() + (start_ms - system_clock_ms() + schedule_ms) / 1000
+                    + options.grace_s)
         threads = [
             threading.Thread(target=_consume, args=(zone, tracker, options, deadline),
                              name=f"demo-consumer-{zone.name}-{i}", daemon=True)
@@ -773,7 +771,7 @@ def _run(
         while not tracker.done.wait(0.25) and time.monotonic() < deadline:
             if progress is not None:
                 progress(tracker.delivered_count(), tracker.scheduled)
-        finished_ms = _now_ms()
+        finished_ms = system_clock_ms()
         if progress is not None:
             progress(tracker.delivered_count(), tracker.scheduled)
         tracker.stop.set()
@@ -800,7 +798,7 @@ def _produce(
     items.sort(key=lambda item: item[1])
     for i in range(0, len(items), options.push_batch):
         batch = items[i:i + options.push_batch]
-        push_start = _now_ms()  # the server's "now" for this push can only be later
+        push_start = system_clock_ms()  # the server's "now" for this push can only be later
         messages = []
         for reminder, target_ms in batch:
             timeout = max(0, target_ms - push_start)
@@ -830,7 +828,7 @@ def _consume(zone: _Zone, tracker: _Tracker, options: DemoOptions, deadline: flo
             continue
         if not messages:
             continue
-        tracker.delivered(zone.name, messages, _now_ms(), live=True)
+        tracker.delivered(zone.name, messages, system_clock_ms(), live=True)
         tracker.acked_ids(_ack(zone.queue, messages, tracker))
 
 
@@ -859,8 +857,8 @@ def _crash(
     zone: _Zone, tracker: _Tracker, options: DemoOptions, crash_ms: int, deadline: float
 ) -> None:
     """The consumer that crashes: at ``crash_ms`` it pops a batch, then dies without acking."""
-    while _now_ms() < crash_ms:
-        if tracker.stop.wait(min(0.05, (crash_ms - _now_ms()) / 1000)):
+    while system_clock_ms() < crash_ms:
+        if tracker.stop.wait(min(0.05, (crash_ms - system_clock_ms()) / 1000)):
             return
     while not tracker.stop.is_set() and not tracker.done.is_set() and time.monotonic() < deadline:
         try:
@@ -870,7 +868,7 @@ def _crash(
             time.sleep(0.1)
             continue
         if messages:
-            tracker.delivered(zone.name, messages, _now_ms(), live=False)
+            tracker.delivered(zone.name, messages, system_clock_ms(), live=False)
             log.info("consumer in %s crashed holding %d messages", zone.name, len(messages))
             return  # the crash: no ack, no lease extension; the reprocessor puts them back
 

@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..clock import system_clock_ms
 from ..demo import (
     DATA_YEAR,
     REMINDER_LEAD,
@@ -407,7 +408,7 @@ class _Run:
              .mode("append").save())
             log.info("stream up in %.1f s, writer warm in %.1f s", warm - mark,
                      time.monotonic() - warm)
-            t0_ms = _now_ms() + round(lead_s * 1000)
+            t0_ms = system_clock_ms() + round(lead_s * 1000)
             offset_ms = ((F.unix_micros("remind_utc") - F.lit(_micros(first))) / 1000
                          / F.lit(options.compression))
             due_ms = (F.lit(t0_ms) + F.round(offset_ms)).cast("long")
@@ -422,11 +423,11 @@ class _Run:
             self.timings["schedule"] = time.monotonic() - mark
             log.info("pushed %d reminders in %.1f s (lead %.1f s)", count,
                      time.monotonic() - warm, lead_s)
-            if _now_ms() > t0_ms:
+            if system_clock_ms() > t0_ms:
                 log.warning("scheduling took longer than the lead of %.1f s: the first "
                             "reminders fell due before the push ended", lead_s)
             mark = time.monotonic()
-            deadline = time.monotonic() + (t0_ms - _now_ms()) / 1000 + schedule_s \
+            deadline = time.monotonic() + (t0_ms - system_clock_ms()) / 1000 + schedule_s \
                 + options.grace_s
             while time.monotonic() < deadline:
                 if query.exception() is not None:
@@ -511,10 +512,6 @@ def _ntz(moment: datetime) -> Any:
 def _micros(moment: datetime) -> int:
     # pyspark returns naive datetimes in the local time zone; timestamp() reads them so.
     return round(moment.timestamp() * 1_000_000)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _extract_csv(work: Path) -> Path:

@@ -61,6 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..clock import system_clock_ms
 from ..errors import ConfigurationError, DynoQueueError, InvalidMessageError
 from ..message import Message, as_text
 from ..queue import DynoQueue
@@ -124,10 +125,6 @@ def _ts(ms: float | None) -> datetime | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class DynoQueueDataSource(DataSource):
@@ -652,9 +649,9 @@ class DynoQueueStreamReader(DataSourceStreamReader):
             self._current = number
             return self._offset(number)
         self._sweep()
-        claimed_before = _now_ms()
+        claimed_before = system_clock_ms()
         messages = self._claim(self._wanted(limit))
-        claimed_at = _now_ms()
+        claimed_at = system_clock_ms()
         if not messages:
             self._current = begin
             return self._offset(begin)
