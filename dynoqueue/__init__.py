@@ -3,7 +3,9 @@
 A Python port of Netflix dyno-queues, storage-compatible with its v1 Java client.
 """
 
+from .connect import RetryBudget
 from .errors import (
+    AccessDeniedError,
     ConfigurationError,
     DynoQueueError,
     InvalidArgumentError,
@@ -16,10 +18,8 @@ from .errors import (
     RedisServerNotFoundError,
     RedisServerStartError,
 )
-from .message import Message
-from .queue import DynoQueue
-from .queues import RedisQueues
-from .sharding import (
+from .model.message import Message
+from .model.sharding import (
     LocalOnlyStrategy,
     RoundRobinStrategy,
     ShardingStrategy,
@@ -28,10 +28,13 @@ from .sharding import (
     StaticShardSupplier,
     ZoneShardSupplier,
 )
+from .queue import DynoQueue
+from .queues import RedisQueues
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "ConfigurationError",
     "DynoQueue",
     "DynoQueueError",
@@ -47,6 +50,7 @@ __all__ = [
     "RedisQueues",
     "RedisServerNotFoundError",
     "RedisServerStartError",
+    "RetryBudget",
     "RoundRobinStrategy",
     "ShardSupplier",
     "ShardingStrategy",

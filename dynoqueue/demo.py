@@ -43,12 +43,12 @@ from typing import Any
 import orjson
 import redis
 
-from .clock import system_clock_ms
 from .errors import DynoQueueError, InvalidArgumentError, QuorumNotReachedError
-from .message import Message
+from .model.clock import system_clock_ms
+from .model.message import Message
+from .model.sharding import ZoneShardSupplier
 from .queue import DynoQueue
 from .queues import RedisQueues
-from .sharding import ZoneShardSupplier
 
 log = logging.getLogger("dynoqueue.demo")
 

@@ -50,6 +50,11 @@ class RedisOperationError(DynoQueueError):
         self.key = key
 
 
+class AccessDeniedError(RedisOperationError):
+    """Redis refused the credentials or the ACL user's permissions (WRONGPASS, NOAUTH,
+    NOPERM). Never retried: no retry can cure it. The redis-py error is the ``__cause__``."""
+
+
 class QuorumNotReachedError(RedisOperationError):
     """Fewer replicas than ``write_quorum`` acknowledged a write within ``write_quorum_timeout_ms``.
 

@@ -22,12 +22,21 @@ import pytest
 from dynoqueue import RedisQueues, StaticShardSupplier
 from dynoqueue.embedded import RedisServer, ZoneRing, single, zone_ring
 
+from .apis import API_NAMES, Bridge
 from .deployments import NAMES, SLOW, ZONES, Deployment, DeploymentPool
 
 __all__ = ["ZONES"]
 
 
+#: Modules whose tests run on both APIs (the public-API contract suite).
+CONTRACT_MODULES = frozenset({"test_queue_api", "test_bad_input", "test_concurrency",
+                              "test_state_machine"})
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if "api" in metafunc.fixturenames and module in CONTRACT_MODULES:
+        metafunc.parametrize("api", API_NAMES, indirect=True)
     if "deployment" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("deployments")
@@ -102,13 +111,29 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def bridge() -> Iterator[Bridge]:
+    """The event loop (in a thread) that drives the asyncio API in the contract tests."""
+    loop = Bridge()
+    yield loop
+    loop.close()
+
+
 @pytest.fixture
-def make_queues(deployment: Deployment, prefix: str) -> Iterator[Callable[..., RedisQueues]]:
+def api(request: pytest.FixtureRequest) -> str:
+    """Which API a contract test runs on: "sync" or "async" (both, in the contract modules)."""
+    return str(getattr(request, "param", "sync"))
+
+
+@pytest.fixture
+def make_queues(deployment: Deployment, prefix: str, api: str,
+                bridge: Bridge) -> Iterator[Callable[..., RedisQueues]]:
     """Build RedisQueues on the deployment (through the builders); closed after the test.
 
     Defaults: shards a, b, c with a local; the reprocessor thread off (interval 0) so tests
     decide when unack processing runs. Keyword arguments override RedisQueues' arguments;
-    ``decode=True`` makes the clients decode responses.
+    ``decode=True`` makes the clients decode responses. On ``api == "async"`` the factory is
+    ``dynoqueue.asyncio.RedisQueues`` seen through a blocking view (tests/apis.py).
     """
     built: list[RedisQueues] = []
 
@@ -120,7 +145,7 @@ def make_queues(deployment: Deployment, prefix: str) -> Iterator[Callable[..., R
             "unack_handler_interval_ms": 0,
         }
         settings.update(overrides)
-        queues = deployment.build(decode=decode, **settings)
+        queues = deployment.build(decode=decode, api=api, bridge=bridge, **settings)
         built.append(queues)
         return queues
 

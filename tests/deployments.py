@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dynoqueue import RedisQueues
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, Topology, ZoneRing
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -32,8 +33,14 @@ class Deployment:
         self.url = url
         self.topology = topology
 
-    def build(self, *, decode: bool = False, **settings: Any) -> RedisQueues:
-        """RedisQueues on this deployment through ``RedisQueues.from_url``."""
+    def build(self, *, decode: bool = False, api: str = "sync", bridge: Any = None,
+              **settings: Any) -> Any:
+        """RedisQueues on this deployment through ``RedisQueues.from_url``; with
+        ``api="async"`` the asyncio one, behind ``bridge`` (see tests/apis.py)."""
+        if api == "async":
+            return bridge.wrap_factory(AsyncRedisQueues.from_url(
+                self.url, read_from_replicas=False,
+                client_options={"decode_responses": decode}, **settings))
         return RedisQueues.from_url(
             self.url,
             read_from_replicas=False,

@@ -20,7 +20,7 @@ from dynoqueue import (
     RedisQueues,
     RedisServerStartError,
 )
-from dynoqueue.connect import RetryBudget, parse_url
+from dynoqueue.connect import RetryBudget, parse_url, redact_url
 from dynoqueue.embedded import (
     ClusterTopology,
     RedisServer,
@@ -37,8 +37,9 @@ from .deployments import ZONES, Deployment
 
 
 @pytest.mark.parametrize(("url", "kind", "nodes", "service"), [
-    ("redis://h:1/0", "single", [], None),
-    ("rediss://u:p@h:1/2", "single", [], None),
+    ("redis://h:1/0", "single", [("h", 1)], None),
+    ("rediss://u:p@h:1/2", "single", [("h", 1)], None),
+    ("redis://h", "single", [("h", 6379)], None),
     ("redis+sentinel://a:1,b:2,c:3/mymaster", "sentinel", [("a", 1), ("b", 2), ("c", 3)],
      "mymaster"),
     ("rediss+sentinel://bob:s%40cret@a:1/svc/3", "sentinel", [("a", 1)], "svc"),
@@ -53,8 +54,35 @@ def test_parse_url(url, kind, nodes, service) -> None:
 def test_parse_url_credentials_and_db() -> None:
     parsed = parse_url("rediss+sentinel://bob:s%40cret@a:1/svc/3?ssl_ca_certs=/ca.pem")
     assert (parsed.username, parsed.password) == ("bob", "s@cret")
-    assert parsed.options == {"db": "3", "ssl_ca_certs": "/ca.pem"}
+    assert parsed.options == {"db": 3, "ssl_ca_certs": "/ca.pem"}
     assert parse_url("redis+cluster://:only@a:1").password == "only"
+
+
+@pytest.mark.parametrize("url", ["redis://s3cret@h:1", "redis+sentinel://s3cret@h:1/svc",
+                                  "redis+cluster://s3cret@h:1", "rediss://s3cret@h:1/0"])
+def test_a_user_without_a_password_is_refused_and_masked(url) -> None:
+    """One rule for every scheme: ``word@`` is not a login (Redis needs a password); the error
+    says how to write one and never shows the word, which is often a misplaced password."""
+    with pytest.raises(ConfigurationError) as info:
+        parse_url(url)
+    assert "s3cret" not in str(info.value)
+    assert "redis://:PASSWORD@host" in str(info.value)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://bob:hunter2@h:1/0", "redis://bob:***@h:1/0"),
+    ("redis://:hunter2@h:1", "redis://:***@h:1"),
+    ("redis+sentinel://hunter2@a:1/svc", "redis+sentinel://***@a:1/svc"),
+    ("rediss+cluster://bob:hun@ter2@a:1", "rediss+cluster://bob:***@a:1"),
+    ("redis://h:1", "redis://h:1"),
+])
+def test_one_redactor_masks_every_secret(url, shown) -> None:
+    assert redact_url(url) == shown
+
+
+def test_a_bad_port_is_a_configuration_error_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match="bad port 'abc'"):
+        RedisQueues.from_url("redis://localhost:abc")
 
 
 @pytest.mark.parametrize("url", [

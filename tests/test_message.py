@@ -33,8 +33,15 @@ def test_decoding_tolerates_java_output() -> None:
     assert Message.from_json(b'{"id":"k","payload":"\\u00e9"}').payload == "é"
 
 
-@pytest.mark.parametrize("raw", ["not json", "[1,2]", '{"payload":"no id"}',
-                                 '{"id":"x","priority":500}'])
+def test_decoding_accepts_what_a_java_client_can_store() -> None:
+    """Java's setTimeout takes any long and nothing bounds its priority: pop and get must still
+    return such a message, so stored messages are decoded without re-validation."""
+    m = Message.from_json('{"id":"j","payload":"p","timeout":-1000,"priority":500}')
+    assert (m.id, m.payload, m.timeout, m.priority) == ("j", "p", -1000, 500)
+
+
+@pytest.mark.parametrize("raw", ["not json", "[1,2]", '{"payload":"no id"}', '{"id":""}',
+                                 '{"id":7}', '{"id":"x","timeout":"soon"}'])
 def test_decoding_garbage_raises_invalid_message(raw) -> None:
     with pytest.raises(InvalidMessageError):
         Message.from_json(raw)

@@ -20,7 +20,7 @@ from dynoqueue import (
     RedisQueues,
     SingleShardSupplier,
 )
-from dynoqueue.keys import QueueKeys
+from dynoqueue.model.keys import QueueKeys
 
 from .conftest import FakeClock, eventually, unique
 

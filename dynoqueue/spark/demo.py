@@ -32,7 +32,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..clock import system_clock_ms
 from ..demo import (
     DATA_YEAR,
     REMINDER_LEAD,
@@ -44,6 +43,7 @@ from ..demo import (
     print_invariants,
 )
 from ..errors import InvalidArgumentError
+from ..model.clock import system_clock_ms
 from ..queue import DynoQueue
 from .options import SourceOptions, connected
 

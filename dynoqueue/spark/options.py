@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..keys import check_name
+from ..model.keys import check_name
 from ..queues import RedisQueues
 
 #: Defaults, also quoted by docs/spark.md.

@@ -61,9 +61,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..clock import system_clock_ms
 from ..errors import ConfigurationError, DynoQueueError, InvalidMessageError
-from ..message import Message, as_text
+from ..model.clock import system_clock_ms
+from ..model.message import Message, as_text
 from ..queue import DynoQueue
 from ..queues import RedisQueues
 from .options import SourceOptions, connected, open_queues

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 # Braces would break Cluster hash tags; whitespace and control characters make keys unreadable.
 _FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 from .keys import check_name
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from .errors import InvalidMessageError, PayloadTooLargeError
+from ..errors import InvalidMessageError, PayloadTooLargeError
+from .validate import is_int
 
 MIN_PRIORITY = 0
 MAX_PRIORITY = 99
@@ -66,11 +67,11 @@ class Message:
                 f"message {self.id!r}: payload must be str or None, "
                 f"got {type(self.payload).__name__}"
             )
-        if not _is_int(self.timeout) or self.timeout < 0:
+        if not is_int(self.timeout) or self.timeout < 0:
             raise InvalidMessageError(
                 f"message {self.id!r}: timeout must be an int >= 0 (ms), got {self.timeout!r}"
             )
-        if not _is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+        if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise InvalidMessageError(
                 f"message {self.id!r}: priority must be an int in {MIN_PRIORITY}..{MAX_PRIORITY}, "
                 f"got {self.priority!r}"
@@ -105,10 +106,13 @@ class Message:
 
     @classmethod
     def from_json(cls, raw: bytes | str, shard: str | None = None) -> Message:
-        """Decode a stored message, tolerant of what the Java client writes.
+        """Decode a stored message, accepting whatever dyno-queues itself can store.
 
-        Missing or null fields take their defaults and unknown fields are ignored, as Jackson
-        does for dyno-queues.
+        Stored messages are not validated again (that costs more than the decode): a Java
+        client may have written a negative ``timeout`` (its ``setTimeout`` takes any long) or
+        a priority outside 0..99, and a pop must still deliver that message. Missing or null
+        fields take their defaults and unknown fields are ignored, as Jackson does for
+        dyno-queues.
 
         Args:
             raw: the JSON text, as stored in the message hash.
@@ -118,21 +122,39 @@ class Message:
             The decoded Message.
 
         Raises:
-            InvalidMessageError: the text is not a JSON object with a valid id and fields.
+            InvalidMessageError: the text is not a JSON object with a non-empty string id.
         """
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise InvalidMessageError(f"stored message is not valid JSON: {raw[:80]!r}") from exc
-        if not isinstance(doc, dict):
+        if type(doc) is not dict:
             raise InvalidMessageError(f"stored message is not a JSON object: {raw[:80]!r}")
-        return cls(
-            id=doc.get("id"),  # type: ignore[arg-type]  # validated in __post_init__
-            payload=doc.get("payload"),
-            timeout=doc.get("timeout") or 0,
-            priority=doc.get("priority") or 0,
-            shard=shard,
-        )
+        id_ = doc.get("id")
+        if type(id_) is not str or not id_:
+            raise InvalidMessageError(f"stored message has no string id: {raw[:80]!r}")
+        payload = doc.get("payload")
+        message = _new_message(cls)
+        message.id = id_
+        message.payload = payload if payload is None or type(payload) is str else str(payload)
+        message.timeout = _stored_int(doc.get("timeout"))
+        message.priority = _stored_int(doc.get("priority"))
+        message.shard = shard
+        return message
+
+
+_new_message = object.__new__
+
+
+def _stored_int(value: Any) -> int:
+    """A stored number field: Jackson writes longs; null or missing means 0."""
+    if type(value) is int:
+        return value
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(
+            f"stored message has a non-numeric field: {value!r:.40}") from None
 
 
 def _utf8_size(what: str, text: str) -> int:
@@ -152,5 +174,3 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,145 @@
+"""The asyncio DynoQueue: the same operations as :class:`dynoqueue.DynoQueue`, as coroutines.
+
+Each call runs the operation of :class:`dynoqueue.core.queue.QueueCore` that the sync method
+runs, on the asyncio driver; arguments, defaults, return shapes and errors are the sync ones,
+and so are the docstrings (copied from the sync class at import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from ..core.factory import QueueBase
+from ..core.queue import QueueCore
+from ..core.requests import Op
+from ..io.aio import AsyncDriver
+from ..model.message import Message
+from ..queue import DynoQueue as SyncDynoQueue
+
+T = TypeVar("T")
+
+
+class DynoQueue(QueueBase):
+    """One named queue over all shards, for asyncio (see :class:`dynoqueue.DynoQueue`).
+
+    Get instances from :meth:`dynoqueue.asyncio.RedisQueues.get`. Use them from the event loop
+    that opened the factory. A waiting :meth:`pop` never blocks the loop and may be cancelled
+    (``asyncio.wait_for``, ``Task.cancel``): what it had leased is put back at once.
+    """
+
+    def __init__(self, core: QueueCore, driver: AsyncDriver) -> None:
+        super().__init__(core)
+        self._driver = driver
+
+    async def _run(self, op: Op[T]) -> T:
+        return await self._driver.run(op)
+
+    async def push(self, messages: Iterable[Message]) -> list[str]:
+        return await self._run(self._core.push(messages))
+
+    async def ensure(self, message: Message) -> bool:
+        return await self._run(self._core.ensure(message))
+
+    async def pop(self, count: int, wait_ms: int = 0) -> list[Message]:
+        return await self._run(self._core.pop("pop", False, count, wait_ms))
+
+    async def bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
+        return await self._run(self._core.pop("bulk_pop", False, count, wait_ms))
+
+    async def unsafe_pop_all_shards(self, count: int, wait_ms: int = 0) -> list[Message]:
+        return await self._run(self._core.pop("unsafe_pop_all_shards", True, count, wait_ms))
+
+    async def unsafe_bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
+        return await self._run(self._core.pop("unsafe_bulk_pop", True, count, wait_ms))
+
+    async def pop_with_msg_id(self, id: str) -> Message | None:
+        return await self._run(self._core.claim_id("pop_with_msg_id", id, False))
+
+    async def unsafe_pop_with_msg_id_all_shards(self, id: str) -> Message | None:
+        return await self._run(self._core.claim_id("unsafe_pop_with_msg_id_all_shards", id, True))
+
+    async def pop_msg_with_predicate(self, pattern: str,
+                                     local_only: bool = False) -> Message | None:
+        return await self._run(self._core.claim_match(pattern, local_only))
+
+    async def ack(self, id: str) -> bool:
+        return await self._run(self._core.ack(id))
+
+    async def ack_many(self, ids: Iterable[str | Message]) -> int:
+        return await self._run(self._core.ack_many(ids))
+
+    async def set_unack_timeout(self, id: str, timeout_ms: int) -> bool:
+        return await self._run(self._core.set_lease(
+            "set_unack_timeout", id, timeout_ms, only_if_shorter=False))
+
+    async def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int) -> bool:
+        return await self._run(self._core.set_lease(
+            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True))
+
+    async def set_timeout(self, id: str, timeout_ms: int) -> bool:
+        return await self._run(self._core.set_timeout(id, timeout_ms))
+
+    async def remove(self, id: str) -> bool:
+        return await self._run(self._core.remove(id))
+
+    async def atomic_remove(self, id: str) -> bool:
+        return await self._run(self._core.remove(id))
+
+    async def peek(self, count: int) -> list[Message]:
+        return await self._run(self._core.peek("peek", False, count))
+
+    async def unsafe_peek_all_shards(self, count: int) -> list[Message]:
+        return await self._run(self._core.peek("unsafe_peek_all_shards", True, count))
+
+    async def contains(self, id: str) -> bool:
+        return await self._run(self._core.contains(id))
+
+    async def get(self, id: str) -> Message | None:
+        return await self._run(self._core.get("get", id, False))
+
+    async def local_get(self, id: str) -> Message | None:
+        return await self._run(self._core.get("local_get", id, True))
+
+    async def get_all_messages(self) -> list[Message]:
+        return await self._run(self._core.get_all_messages())
+
+    async def contains_predicate(self, pattern: str, local_only: bool = False) -> bool:
+        return await self._run(self._core.contains_match(pattern, local_only))
+
+    async def get_msg_with_predicate(self, pattern: str, local_only: bool = False) -> str | None:
+        return await self._run(self._core.find_match(pattern, local_only))
+
+    async def size(self) -> int:
+        return await self._run(self._core.size())
+
+    async def shard_sizes(self) -> dict[str, dict[str, int]]:
+        return await self._run(self._core.shard_sizes())
+
+    async def find_stale_messages(self) -> list[Message]:
+        return await self._run(self._core.find_stale_messages())
+
+    async def process_unacks(self) -> int:
+        return await self._run(self._core.process_unacks())
+
+    async def atomic_process_unacks(self) -> int:
+        return await self._run(self._core.process_unacks())
+
+    async def clear(self) -> None:
+        return await self._run(self._core.clear())
+
+    async def close(self) -> None:
+        """See :meth:`dynoqueue.DynoQueue.close`."""
+        self._core.closed = True
+        await self._driver.close_doorbell(self._core)
+
+
+def _copy_docs() -> None:
+    """One text per call: each coroutine shows the sync method's docstring."""
+    for name, member in vars(DynoQueue).items():
+        sync = getattr(SyncDynoQueue, name, None)
+        if callable(member) and not name.startswith("_") and sync is not None and sync.__doc__:
+            member.__doc__ = sync.__doc__
+
+
+_copy_docs()

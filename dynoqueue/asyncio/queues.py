@@ -1,0 +1,125 @@
+"""The asyncio RedisQueues: :class:`dynoqueue.RedisQueues` with coroutine calls and an unack
+reprocessor task.
+
+Same arguments, defaults and builders as the sync factory; its clients are ``redis.asyncio``
+clients (standalone, Sentinel, Cluster, TLS, ACL users). ``async with`` opens it (starting the
+reprocessor task) and closes it; ``await queues.aclose()`` closes it by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Unpack
+
+from redis.asyncio.cluster import RedisCluster
+
+from ..connect import builders
+from ..core.factory import QueuesBase
+from ..io.aio import AsyncDriver
+from ..model.settings import QueueOptions
+from ..model.sharding import ShardSupplier
+from ..queues import RedisQueues as SyncRedisQueues
+from .queue import DynoQueue
+
+log = logging.getLogger("dynoqueue.queues")
+
+
+class RedisQueues(QueuesBase[DynoQueue]):
+    """Factory of named asyncio queues (see :class:`dynoqueue.RedisQueues` for the arguments).
+
+    Args:
+        quorum_conn, non_quorum_conn: ``redis.asyncio.Redis`` or
+            ``redis.asyncio.cluster.RedisCluster`` clients.
+        key_prefix, shard_supplier, **options: as :class:`dynoqueue.RedisQueues`.
+
+    Raises:
+        ConfigurationError: (a ValueError) a sync client, or a bad setting.
+    """
+
+    queue_class = DynoQueue
+    cluster_class = RedisCluster
+    asynchronous = True
+
+    def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
+                 shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
+        super().__init__(quorum_conn, non_quorum_conn, key_prefix=key_prefix,
+                         shard_supplier=shard_supplier, **options)
+        self._driver = AsyncDriver(quorum_conn, non_quorum_conn)
+        self._reprocessor: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, zones: Sequence[str] | None = None,
+                 local_zone: str | None = None, replica_urls: Mapping[str, str] | None = None,
+                 **kwargs: Any) -> RedisQueues:
+        """See :meth:`dynoqueue.RedisQueues.from_url` (a plain call: it connects lazily)."""
+        return builders.from_url(cls, url, zones=zones, local_zone=local_zone,
+                                 replica_urls=replica_urls, **kwargs)
+
+    @classmethod
+    def from_sentinel(cls, sentinels: Any, service_name: str, **kwargs: Any) -> RedisQueues:
+        """See :meth:`dynoqueue.RedisQueues.from_sentinel`."""
+        return builders.from_sentinel(cls, sentinels, service_name, **kwargs)
+
+    @classmethod
+    def from_cluster(cls, nodes: Any, **kwargs: Any) -> RedisQueues:
+        """See :meth:`dynoqueue.RedisQueues.from_cluster`."""
+        return builders.from_cluster(cls, nodes, **kwargs)
+
+    def get(self, queue_name: str) -> DynoQueue:
+        """See :meth:`dynoqueue.RedisQueues.get`; inside a running event loop, also starts the
+        unack reprocessor task if ``async with`` has not."""
+        queue = super().get(queue_name)
+        with contextlib.suppress(RuntimeError):  # no running loop: started by __aenter__
+            self._start_reprocessor()
+        return queue
+
+    async def process_unacks(self) -> int:
+        """See :meth:`dynoqueue.RedisQueues.process_unacks`."""
+        return int(await self._driver.run(self._unack_pass()))
+
+    async def aclose(self) -> None:
+        """Stop the reprocessor task, close every queue, then the connections a builder made.
+        Idempotent. Mirrors ``close``."""
+        task, self._reprocessor = self._reprocessor, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        queues = self.queues()
+        owned = self._detach()
+        for queue in queues:
+            await self._driver.close_doorbell(queue._core)
+        await self._driver.aclose()
+        for client in owned:
+            await client.aclose()
+
+    async def __aenter__(self) -> RedisQueues:
+        self._start_reprocessor()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def _start_reprocessor(self) -> None:
+        if self._reprocessor is None and self.unack_handler_interval_ms > 0 and not self._closed:
+            self._reprocessor = asyncio.get_running_loop().create_task(
+                self._reprocess_loop(), name="dynoqueue-unack-reprocessor")
+
+    async def _reprocess_loop(self) -> None:
+        interval_s = self.unack_handler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.process_unacks()
+            except Exception:  # the task must survive anything (dyno-queues #85)
+                log.exception("unack pass failed")
+
+
+for _name in ("process_unacks", "aclose"):
+    vars(RedisQueues)[_name].__doc__ = getattr(SyncRedisQueues,
+                                               "close" if _name == "aclose" else _name).__doc__

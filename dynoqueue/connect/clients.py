@@ -1,0 +1,182 @@
+"""The redis-py pieces the builders assemble, for the sync API and the asyncio API.
+
+A :class:`Flavor` names the client classes of one API (``redis`` or ``redis.asyncio``), so the
+builders decide *which* clients a deployment needs once, for both. :class:`RetryBudget` bounds
+how long a lost connection is retried; authentication failures are never retried, and every
+retry of a transient failure is logged with the endpoint (credentials redacted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.retry
+import redis.sentinel
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError, AuthenticationWrongNumberOfArgsError
+
+from ..errors import ConfigurationError
+
+log = logging.getLogger("dynoqueue.connect")
+
+#: Errors that no retry can cure: fail at once.
+_FINAL = (AuthenticationError, AuthenticationWrongNumberOfArgsError)
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """How long a call keeps retrying a lost connection (a failover, a restart) before it fails.
+
+    Attempts back off exponentially from ``base_s`` up to ``cap_s`` seconds; after ``retries``
+    retries the error surfaces as a :class:`~dynoqueue.errors.RedisOperationError`. The
+    defaults ride out a Sentinel failover with ``down-after-milliseconds`` up to ~5 s. A wrong
+    password or unknown user is not retried: it raises
+    :class:`~dynoqueue.errors.AccessDeniedError` at once.
+
+    Args:
+        retries: retries after the first attempt, >= 0.
+        base_s: first back-off, seconds, > 0.
+        cap_s: longest single back-off, seconds, >= base_s.
+    """
+
+    retries: int = 12
+    base_s: float = 0.05
+    cap_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigurationError(f"retries must be an int >= 0, got {self.retries!r}")
+        if not self.base_s > 0 or not self.cap_s >= self.base_s:
+            raise ConfigurationError("back-off must satisfy 0 < base_s <= cap_s")
+
+    @property
+    def worst_case_s(self) -> float:
+        """Upper bound of the time spent backing off, seconds (socket timeouts not included)."""
+        return float(sum(min(self.cap_s, self.base_s * 2**i) for i in range(self.retries)))
+
+
+def _on_failure(fail: Callable[..., Any], endpoint: str, retries: int) -> Callable[..., Any]:
+    """Wrap redis-py's per-failure callback: end at once on an authentication failure, log
+    every other failure with the endpoint, then do what redis-py does (disconnect)."""
+
+    def failed(error: Exception, *count: int) -> Any:
+        if isinstance(error, _FINAL):
+            raise error
+        attempt = f" (failure {count[0]} of at most {retries + 1})" if count else ""
+        log.warning("Redis at %s: %s%s; retrying", endpoint, error, attempt)
+        return fail(error, *count)
+
+    return failed
+
+
+class _SyncRetry(redis.retry.Retry):
+    def __init__(self, budget: RetryBudget, endpoint: str) -> None:
+        super().__init__(ExponentialBackoff(cap=budget.cap_s, base=budget.base_s), budget.retries)
+        self._endpoint = endpoint
+
+    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                        with_failure_count: bool = False) -> Any:
+        return super().call_with_retry(do, _on_failure(fail, self._endpoint, self._retries),
+                                       is_retryable, with_failure_count)
+
+
+class _AsyncRetry(redis.asyncio.retry.Retry):
+    def __init__(self, budget: RetryBudget, endpoint: str) -> None:
+        super().__init__(ExponentialBackoff(cap=budget.cap_s, base=budget.base_s), budget.retries)
+        self._endpoint = endpoint
+
+    async def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                              with_failure_count: bool = False) -> Any:
+        wrapped = _on_failure(fail, self._endpoint, self._retries)
+        return await super().call_with_retry(do, wrapped, is_retryable, with_failure_count)
+
+
+def _resolve_first(conn: Any) -> bool:
+    """True when a Sentinel-managed connection must look the primary up before connecting:
+    it has no socket and is not already inside that lookup (which connects through here)."""
+    return not conn.is_connected and not conn._resolving
+
+
+class _FollowingSentinelConnection(redis.sentinel.SentinelManagedConnection):
+    """A Sentinel-managed connection that asks the sentinels again on *every* reconnect.
+
+    redis-py 8.1 reconnects a dropped connection from ``send_packed_command`` through
+    ``connect_check_health``, which skips the sentinel lookup that ``connect`` does; after a
+    failover such a connection retries the dead primary's address until the retry budget
+    runs out. Routing that path through ``connect`` makes every reconnect follow the primary.
+    """
+
+    _resolving = False
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        if not _resolve_first(self):
+            super().connect_check_health(check_health, retry_socket_connect)
+            return
+        self._resolving = True
+        try:
+            self.connect()  # type: ignore[no-untyped-call]  # retry + sentinel lookup
+        finally:
+            self._resolving = False
+
+
+class _FollowingSentinelSSLConnection(_FollowingSentinelConnection,
+                                      redis.sentinel.SentinelManagedSSLConnection):
+    """The same over TLS."""
+
+
+class _AsyncFollowingSentinelConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """:class:`_FollowingSentinelConnection` for redis.asyncio, which has the same gap."""
+
+    _resolving = False
+
+    async def connect_check_health(self, check_health: bool = True,
+                                   retry_socket_connect: bool = True) -> None:
+        if not _resolve_first(self):
+            await super().connect_check_health(check_health, retry_socket_connect)
+            return
+        self._resolving = True
+        try:
+            await self.connect()  # type: ignore[no-untyped-call]
+        finally:
+            self._resolving = False
+
+
+class _AsyncFollowingSentinelSSLConnection(_AsyncFollowingSentinelConnection,
+                                           redis.asyncio.sentinel.SentinelManagedSSLConnection):
+    """The same over TLS."""
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """The client classes of one API."""
+
+    redis: Any
+    sentinel: Any
+    cluster: Any
+    cluster_node: Any
+    retry: Callable[[RetryBudget, str], Any]
+    following: type
+    following_tls: type
+
+    def make_retry(self, budget: RetryBudget, endpoint: str) -> Any:
+        """A redis-py Retry of this API with ``budget``, logging with ``endpoint``."""
+        return self.retry(budget, endpoint)
+
+
+SYNC = Flavor(redis.Redis, redis.sentinel.Sentinel, redis.cluster.RedisCluster,
+              redis.cluster.ClusterNode, _SyncRetry, _FollowingSentinelConnection,
+              _FollowingSentinelSSLConnection)
+ASYNC = Flavor(redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel,
+               redis.asyncio.cluster.RedisCluster, redis.asyncio.cluster.ClusterNode,
+               _AsyncRetry, _AsyncFollowingSentinelConnection,
+               _AsyncFollowingSentinelSSLConnection)

@@ -1,0 +1,153 @@
+"""What both RedisQueues classes share: settings, the queue registry, the unack pass, closing.
+
+The sync :class:`dynoqueue.RedisQueues` and :class:`dynoqueue.asyncio.RedisQueues` subclass
+:class:`QueuesBase` and add only their driver, their reprocessor (a thread or a task) and the
+sync or async spelling of close; :class:`QueueBase` is the same for the two DynoQueue classes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar, Unpack
+
+from ..errors import ConfigurationError, QueueClosedError
+from ..model.keys import check_name
+from ..model.settings import QueueOptions, QueueSettings
+from ..model.sharding import ShardSupplier
+from .queue import QueueCore
+from .requests import Op
+
+log = logging.getLogger("dynoqueue.queues")
+
+Q = TypeVar("Q", bound="QueueBase")
+
+
+class QueueBase:
+    """The attributes of one queue façade; every call goes to its :class:`QueueCore`.
+
+    Attributes:
+        name: the queue name.
+        unack_timeout_ms: the lease a pop takes on each message, in milliseconds.
+        shards: all shard names. ``local_shard``: the shard pops and peeks act on.
+        keys: the queue's Redis key names (:class:`dynoqueue.model.keys.QueueKeys`).
+    """
+
+    def __init__(self, core: QueueCore) -> None:
+        self._core = core
+        self.name = core.name
+        self.keys = core.keys
+        self.shards = core.shards
+        self.local_shard = core.local_shard
+        self.unack_timeout_ms = core.unack_timeout_ms
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` (or the factory's close) was called."""
+        return self._core.closed
+
+    def __repr__(self) -> str:
+        return repr(self._core)
+
+
+class QueuesBase(Generic[Q]):
+    """Settings, connections and the registry of one factory (see the RedisQueues classes).
+
+    Args:
+        quorum_conn, non_quorum_conn: the clients (see the subclasses for the kinds accepted).
+        key_prefix, shard_supplier, **options: see :class:`~dynoqueue.model.settings.QueueOptions`.
+
+    Raises:
+        ConfigurationError: (a ValueError) a client of the wrong kind, or a bad setting.
+    """
+
+    #: The façade class of one queue, set by each API (called with the core and the driver).
+    queue_class: Callable[[QueueCore, Any], Q]
+    _driver: Any
+    #: True for the asyncio API: its clients' execute_command is a coroutine function.
+    asynchronous: bool = False
+    #: The Redis Cluster client class of this API (RedisCluster or its asyncio twin).
+    cluster_class: type
+
+    def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
+                 shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
+        for role, conn in (("quorum_conn", quorum_conn), ("non_quorum_conn", non_quorum_conn)):
+            execute = getattr(conn, "execute_command", None)
+            if not callable(execute) or not callable(getattr(conn, "pipeline", None)):
+                raise ConfigurationError(f"{role} must be a redis-py client (Redis or "
+                                         f"RedisCluster), got {type(conn).__name__}")
+            if inspect.iscoroutinefunction(execute) != self.asynchronous:
+                want = "redis.asyncio" if self.asynchronous else "a sync redis"
+                raise ConfigurationError(f"{role} must be {want} client for "
+                                         f"{type(self).__module__}.{type(self).__name__}")
+        check_name("key prefix", key_prefix)
+        self.settings = QueueSettings.build(
+            key_prefix, shard_supplier, cluster=isinstance(quorum_conn, self.cluster_class),
+            **options)
+        self.key_prefix = key_prefix
+        self.shards = list(self.settings.shards)
+        self.local_shard = self.settings.local_shard
+        self.unack_timeout_ms = self.settings.unack_timeout_ms
+        self.unack_handler_interval_ms = self.settings.unack_handler_interval_ms
+        self.quorum_conn = quorum_conn
+        self.non_quorum_conn = non_quorum_conn
+        balancing = getattr(non_quorum_conn, "load_balancing_strategy", None)
+        self._replica_reads = isinstance(non_quorum_conn, self.cluster_class) and bool(balancing)
+        self._owned: list[Any] = []
+        self._queues: dict[str, Q] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def get(self, queue_name: str) -> Q:
+        """The queue named ``queue_name``, created on first use; the same object every time
+        (until that queue is closed on its own: then a new one replaces it). Mirrors ``get``.
+
+        Raises:
+            ConfigurationError: the name is empty or has braces, whitespace or control chars.
+            QueueClosedError: this factory was closed.
+        """
+        check_name("queue name", queue_name)
+        with self._lock:
+            if self._closed:
+                raise QueueClosedError("RedisQueues is closed")
+            queue = self._queues.get(queue_name)
+            if queue is None or queue.closed:
+                core = QueueCore(queue_name, self.settings,
+                                 quorum_cluster=self.settings.cluster,
+                                 replica_reads=self._replica_reads)
+                queue = self.queue_class(core, self._driver)
+                self._queues[queue_name] = queue
+            return queue
+
+    def queues(self) -> list[Q]:
+        """Every queue this factory has created so far. Mirrors ``queues``."""
+        with self._lock:
+            return list(self._queues.values())
+
+    def own_connections(self, clients: Sequence[Any]) -> None:
+        """Take ownership of ``clients``: closing the factory closes them (used by builders)."""
+        self._owned.extend(clients)
+
+    def _detach(self) -> list[Any]:
+        """Mark the factory and every queue closed; return the clients to close."""
+        self._closed = True
+        for queue in self.queues():
+            queue._core.closed = queue._core.detached = True
+        owned, self._owned = self._owned, []
+        return owned
+
+    def _unack_pass(self) -> Op[int]:
+        """One unack pass over every open queue; one queue's error is logged, not raised."""
+        total = 0
+        for queue in self.queues():
+            if self._closed:
+                break
+            if queue.closed:
+                continue
+            try:
+                total += yield from queue._core.process_unacks()
+            except Exception:  # the reprocessor must survive anything (dyno-queues #85)
+                log.exception("unack processing failed for queue %s", queue.name)
+        return total

@@ -1,0 +1,154 @@
+"""The I/O requests an operation yields, and :class:`Step`, which advances an operation.
+
+A driver answers each request by doing the I/O and sending the reply back, or by throwing the
+error the I/O raised into the operation at its ``yield``. Requests are plain data; the
+connection *role* says which client serves them: ``QUORUM`` (writes, claims, the primary) or
+``READ`` (cheap reads, usually the local zone's replica).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, Generic, TypeVar
+
+QUORUM = "quorum"
+READ = "read"
+
+T = TypeVar("T")
+
+
+class Command:
+    """One command on a role's client, routed by the client (Cluster: by the command's keys).
+
+    With ``replica_of`` (Cluster read clients only) it runs on a replica of that key's slot.
+    """
+
+    __slots__ = ("args", "replica_of", "role")
+
+    def __init__(self, role: str, args: Sequence[Any], replica_of: str | None = None) -> None:
+        self.role = role
+        self.args = args
+        self.replica_of = replica_of
+
+
+class Pipeline:
+    """Commands sent in one round trip (not a transaction); the reply is the list of replies.
+
+    With ``owner_of`` (Cluster only) they all go to the primary owning that key's slot, so a
+    write and its ``WAIT`` reach the same node. The first error reply is raised.
+    """
+
+    __slots__ = ("commands", "owner_of", "role")
+
+    def __init__(self, role: str, commands: list[Sequence[Any]],
+                 owner_of: str | None = None) -> None:
+        self.role = role
+        self.commands = commands
+        self.owner_of = owner_of
+
+
+class Scan:
+    """Every (field, value) of a hash, read with HSCAN on the role's client; reply: a list."""
+
+    __slots__ = ("count", "key", "role")
+
+    def __init__(self, role: str, key: str, count: int) -> None:
+        self.role = role
+        self.key = key
+        self.count = count
+
+
+class RefreshSlots:
+    """Re-read a Cluster client's slot map (after MOVED or a lost node); errors are ignored."""
+
+    __slots__ = ("role",)
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+
+class Sleep:
+    """Pause ``seconds`` (the sync driver blocks the thread, the asyncio one the task)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+class Ticket:
+    """Take a doorbell ticket for ``channels`` (subscribing first if needed); reply: a
+    :class:`BellState`. Taken before a claim, so no ring after it is missed."""
+
+    __slots__ = ("bell", "channels")
+
+    def __init__(self, bell: Any, channels: Sequence[str]) -> None:
+        self.bell = bell
+        self.channels = channels
+
+
+class WaitBell:
+    """Wait up to ``timeout_s`` for a ring on ``channels`` after ``ticket``; reply: rung?"""
+
+    __slots__ = ("bell", "channels", "ticket", "timeout_s")
+
+    def __init__(self, bell: Any, channels: Sequence[str], ticket: int,
+                 timeout_s: float) -> None:
+        self.bell = bell
+        self.channels = channels
+        self.ticket = ticket
+        self.timeout_s = timeout_s
+
+
+class BellState:
+    """A doorbell ticket and whether rings reach waiting pops (subscribed, or no doorbell)."""
+
+    __slots__ = ("enabled", "listening", "ticket")
+
+    def __init__(self, ticket: int, listening: bool, enabled: bool) -> None:
+        self.ticket = ticket
+        self.listening = listening
+        self.enabled = enabled
+
+
+Request = Command | Pipeline | Scan | RefreshSlots | Sleep | Ticket | WaitBell
+#: An operation: yields requests, receives replies, returns its result.
+Op = Generator[Request, Any, T]
+
+
+class Step(Generic[T]):
+    """Advances one operation: ``request`` is what it waits for while ``pending``; feed the
+    reply with :meth:`send` (or the error with ``send(None, error)``); ``result`` once done.
+
+    The drivers' loops are ``while step.pending: step.send(*outcome(step.request))``.
+    """
+
+    __slots__ = ("_op", "pending", "request", "result")
+
+    def __init__(self, op: Generator[Any, Any, T]) -> None:
+        self._op = op
+        self.pending = True
+        self.request: Any = None
+        self.result: Any = None
+        self.send(None)
+
+    def send(self, reply: Any, error: BaseException | None = None) -> None:
+        """Resume the operation with a reply, or raise ``error`` at its yield."""
+        try:
+            self.request = self._op.send(reply) if error is None else self._op.throw(error)
+        except StopIteration as done:
+            self.pending = False
+            self.result = done.value
+
+
+class Cancelled(BaseException):
+    """Thrown into an operation whose caller was cancelled (an asyncio task).
+
+    The driver lets a command already sent finish first (it may have leased messages), and
+    hands its reply over as ``late_reply`` (None if it failed or nothing was in flight), so
+    the operation can undo what its caller will never see, then re-raise.
+    """
+
+    def __init__(self, late_reply: Any = None) -> None:
+        super().__init__()
+        self.late_reply = late_reply

@@ -1,0 +1,243 @@
+"""The asyncio driver: runs core operations on redis.asyncio clients without blocking the loop.
+
+:class:`AsyncDriver` answers the requests of :mod:`dynoqueue.core.requests`;
+:class:`TaskDoorbell` runs the doorbell listener of :mod:`dynoqueue.core.doorbell` as a task.
+
+Cancellation: a write or claim already sent is allowed to finish (shielded), and its reply is
+thrown into the operation as :class:`~dynoqueue.core.requests.Cancelled`, so a cancelled
+waiting pop puts back what it had leased instead of stranding it until the lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio
+from redis.exceptions import RedisClusterException, RedisError
+
+from ..core import doorbell as bell
+from ..core.queue import QueueCore
+from ..core.requests import (
+    QUORUM,
+    BellState,
+    Cancelled,
+    Command,
+    Op,
+    Pipeline,
+    RefreshSlots,
+    Scan,
+    Sleep,
+    Step,
+    Ticket,
+    WaitBell,
+)
+
+T = TypeVar("T")
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+class AsyncDriver:
+    """Answers core requests with a quorum and a read client (redis.asyncio Redis or
+    RedisCluster).
+
+    Args:
+        quorum: the client of writes and claims. read: the client of cheap reads.
+    """
+
+    def __init__(self, quorum: Any, read: Any) -> None:
+        self._clients = {QUORUM: quorum, "read": read}
+        self._bells: dict[QueueCore, TaskDoorbell] = {}
+        self._node_clients: dict[str, Any] = {}  # Cluster primary name -> its own client
+        self._handlers: dict[type, Handler] = {
+            Command: self._command, Pipeline: self._pipeline, Scan: self._scan,
+            RefreshSlots: self._refresh, Sleep: lambda r: asyncio.sleep(r.seconds),
+            Ticket: self._ticket, WaitBell: self._wait_bell,
+        }
+
+    async def run(self, op: Op[T]) -> T:
+        """Run one operation to its end and return its result (or raise its error)."""
+        step = Step(op)
+        try:
+            while step.pending:
+                step.send(*(await self._outcome(step.request)))
+        except Cancelled:
+            raise asyncio.CancelledError from None
+        return step.result  # type: ignore[no-any-return]
+
+    async def _outcome(self, request: Any) -> tuple[Any, BaseException | None]:
+        handler = self._handlers[type(request)]
+        if type(request) in (Command, Pipeline) and request.role == QUORUM:
+            # A state change already sent finishes even if the caller is cancelled.
+            task = asyncio.ensure_future(handler(request))
+            try:
+                return await asyncio.shield(task), None
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    return None, Cancelled(await task)
+                return None, Cancelled()
+            except Exception as exc:
+                return None, exc
+        try:
+            return await handler(request), None
+        except asyncio.CancelledError:
+            return None, Cancelled()
+        except Exception as exc:  # handed to the operation, which decides
+            return None, exc
+
+    async def _command(self, request: Command) -> Any:
+        client = self._clients[request.role]
+        if request.replica_of is not None:
+            node = client.nodes_manager.get_node_from_slot(
+                client.keyslot(request.replica_of),
+                load_balancing_strategy=client.load_balancing_strategy)
+            return await node.execute_command(*request.args)
+        return await client.execute_command(*request.args)
+
+    async def _pipeline(self, request: Pipeline) -> list[Any]:
+        client = self._clients[request.role]
+        if request.owner_of is not None:
+            client = self._node_client(client.get_node_from_key(request.owner_of))
+        pipe = client.pipeline(transaction=False)
+        for args in request.commands:
+            pipe.execute_command(*args)
+        return list(await pipe.execute())
+
+    def _node_client(self, node: Any) -> Any:
+        """A plain client of one Cluster node, so a pipeline and its WAIT reach that node."""
+        client = self._node_clients.get(node.name)
+        if client is None:
+            pool = redis.asyncio.ConnectionPool(connection_class=node.connection_class,
+                                                **node.connection_kwargs)
+            client = self._node_clients[node.name] = redis.asyncio.Redis(connection_pool=pool)
+        return client
+
+    async def _scan(self, request: Scan) -> list[tuple[Any, Any]]:
+        client = self._clients[request.role]
+        return [pair async for pair in client.hscan_iter(request.key, count=request.count)]
+
+    async def _refresh(self, request: RefreshSlots) -> None:
+        manager = getattr(self._clients[request.role], "nodes_manager", None)
+        if manager is not None:  # a Cluster client
+            with contextlib.suppress(RedisError, RedisClusterException):
+                await manager.initialize()
+
+    async def _ticket(self, request: Ticket) -> BellState:
+        doorbell = await self.doorbell(request.bell)
+        return BellState(doorbell.rings.ticket(request.channels), doorbell.rings.listening,
+                         doorbell.enabled)
+
+    async def _wait_bell(self, request: WaitBell) -> bool:
+        doorbell = await self.doorbell(request.bell)
+        return await doorbell.wait(request.channels, request.ticket, request.timeout_s)
+
+    async def doorbell(self, core: QueueCore) -> TaskDoorbell:
+        """The doorbell of ``core``'s queue, started (and subscribed) on first use."""
+        doorbell = self._bells.get(core)
+        if doorbell is None:
+            doorbell = TaskDoorbell(self._clients[QUORUM], core.bell_channels,
+                                    core.settings.doorbell)
+            self._bells[core] = doorbell
+        if doorbell.enabled:
+            # Subscribe before the first claim, or a ring in between would be missed.
+            await doorbell.wait_until_listening(timeout_s=2.0)
+        return doorbell
+
+    async def close_doorbell(self, core: QueueCore) -> None:
+        """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
+        doorbell = self._bells.pop(core, None)
+        if doorbell is not None:
+            await doorbell.close()
+
+    async def aclose(self) -> None:
+        """Close the per-node clients this driver opened (Cluster slot-owner writes)."""
+        clients, self._node_clients = list(self._node_clients.values()), {}
+        for client in clients:
+            with contextlib.suppress(RedisError, OSError):
+                await client.aclose()
+
+
+class TaskDoorbell:
+    """A pub/sub listener task over a fixed set of channels (see :class:`ThreadDoorbell` in
+    :mod:`dynoqueue.io.sync` for the contract); created inside the running event loop."""
+
+    def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.rings = bell.Rings(channels)
+        self._conn = conn
+        self._changed = asyncio.Condition()
+        self._closed = asyncio.Event()
+        self._handlers: dict[type, Handler] = {
+            bell.Subscribe: self._subscribe, bell.NextMessage: self._next,
+            bell.Unsubscribe: self._unsubscribe, bell.Rang: self._rang,
+            bell.Listening: self._listening, bell.Pause: self._pause,
+        }
+        self._task = (asyncio.get_running_loop().create_task(self._run(channels),
+                                                             name="dynoqueue-doorbell")
+                      if enabled else None)
+
+    async def wait_until_listening(self, timeout_s: float) -> bool:
+        """Wait until subscribed (or ``timeout_s`` seconds pass); return whether it is."""
+        return await self._wait_for(lambda: self.rings.listening, timeout_s)
+
+    async def wait(self, channels: Sequence[str], ticket: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a ring on ``channels`` after ``ticket``; rung?"""
+        return await self._wait_for(lambda: self.rings.ticket(channels) != ticket, timeout_s)
+
+    async def _wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(
+                    lambda: predicate() or self._closed.is_set()), timeout_s)
+            except TimeoutError:
+                return False
+        return True
+
+    async def close(self) -> None:
+        """Stop the listener task and wait for it to end."""
+        self._closed.set()
+        async with self._changed:
+            self._changed.notify_all()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 5)
+
+    async def _run(self, channels: Sequence[str]) -> None:
+        step = Step(bell.listen(channels, self._closed.is_set))
+        while step.pending:
+            try:
+                step.send(await self._handlers[type(step.request)](step.request))
+            except Exception as exc:  # handed to the listener, which logs and retries
+                step.send(None, exc)
+
+    async def _subscribe(self, request: bell.Subscribe) -> Any:
+        pubsub = self._conn.pubsub()
+        try:
+            await pubsub.subscribe(*request.channels)
+        except BaseException:
+            await self._unsubscribe(bell.Unsubscribe(pubsub))
+            raise
+        return pubsub
+
+    async def _next(self, request: bell.NextMessage) -> Any:
+        return await request.handle.get_message(timeout=request.timeout_s)
+
+    async def _unsubscribe(self, request: bell.Unsubscribe) -> None:
+        with contextlib.suppress(RedisError, RedisClusterException, OSError):
+            await request.handle.aclose()
+
+    async def _rang(self, request: bell.Rang) -> None:
+        self.rings.bump(request.channel)
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _listening(self, request: bell.Listening) -> None:
+        self.rings.listening = request.value
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _pause(self, request: bell.Pause) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), request.seconds)

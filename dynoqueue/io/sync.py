@@ -1,0 +1,212 @@
+"""The sync driver: runs core operations on redis-py clients, blocking the calling thread.
+
+:class:`SyncDriver` answers the requests of :mod:`dynoqueue.core.requests`;
+:class:`ThreadDoorbell` runs the doorbell listener of :mod:`dynoqueue.core.doorbell` in a
+daemon thread and lets waiting pops block on a condition variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisClusterException, RedisError
+
+from ..core import doorbell as bell
+from ..core.queue import QueueCore
+from ..core.requests import (
+    QUORUM,
+    BellState,
+    Command,
+    Op,
+    Pipeline,
+    RefreshSlots,
+    Scan,
+    Sleep,
+    Step,
+    Ticket,
+    WaitBell,
+)
+
+T = TypeVar("T")
+
+
+class SyncDriver:
+    """Answers core requests with a quorum and a read client (redis.Redis or RedisCluster).
+
+    Args:
+        quorum: the client of writes and claims. read: the client of cheap reads.
+    """
+
+    def __init__(self, quorum: Any, read: Any) -> None:
+        self._clients = {QUORUM: quorum, "read": read}
+        self._bells: dict[QueueCore, ThreadDoorbell] = {}
+        self._bells_lock = threading.Lock()
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            Command: self._command, Pipeline: self._pipeline, Scan: self._scan,
+            RefreshSlots: self._refresh, Sleep: lambda r: time.sleep(r.seconds),
+            Ticket: self._ticket, WaitBell: self._wait_bell,
+        }
+
+    def run(self, op: Op[T]) -> T:
+        """Run one operation to its end and return its result (or raise its error)."""
+        step = Step(op)
+        while step.pending:
+            step.send(*self._outcome(step.request))
+        return step.result  # type: ignore[no-any-return]
+
+    def _outcome(self, request: Any) -> tuple[Any, Exception | None]:
+        try:
+            return self._handlers[type(request)](request), None
+        except Exception as exc:  # handed to the operation, which decides
+            return None, exc
+
+    def _command(self, request: Command) -> Any:
+        client = self._clients[request.role]
+        if request.replica_of is not None:
+            node = client.nodes_manager.get_node_from_slot(
+                client.keyslot(request.replica_of),
+                load_balancing_strategy=client.load_balancing_strategy)
+            client = client.get_redis_connection(node)
+        return client.execute_command(*request.args)
+
+    def _pipeline(self, request: Pipeline) -> list[Any]:
+        client = self._clients[request.role]
+        if request.owner_of is not None:
+            client = client.get_redis_connection(client.get_node_from_key(request.owner_of))
+        pipe = client.pipeline(transaction=False)
+        for args in request.commands:
+            pipe.execute_command(*args)
+        return list(pipe.execute())
+
+    def _scan(self, request: Scan) -> list[tuple[Any, Any]]:
+        return list(self._clients[request.role].hscan_iter(request.key, count=request.count))
+
+    def _refresh(self, request: RefreshSlots) -> None:
+        manager = getattr(self._clients[request.role], "nodes_manager", None)
+        if manager is not None:  # a Cluster client
+            with contextlib.suppress(RedisError, RedisClusterException):
+                manager.initialize()
+
+    def _ticket(self, request: Ticket) -> BellState:
+        doorbell = self.doorbell(request.bell)
+        return BellState(doorbell.ticket(request.channels), doorbell.rings.listening,
+                         doorbell.enabled)
+
+    def _wait_bell(self, request: WaitBell) -> bool:
+        return self.doorbell(request.bell).wait(request.channels, request.ticket,
+                                                request.timeout_s)
+
+    def doorbell(self, core: QueueCore) -> ThreadDoorbell:
+        """The doorbell of ``core``'s queue, started (and subscribed) on first use."""
+        with self._bells_lock:
+            doorbell = self._bells.get(core)
+            if doorbell is None:
+                doorbell = ThreadDoorbell(self._clients[QUORUM], core.bell_channels,
+                                          core.settings.doorbell)
+                self._bells[core] = doorbell
+        if doorbell.enabled:
+            # Subscribe before the first claim, or a ring in between would be missed.
+            doorbell.wait_until_listening(timeout_s=2.0)
+        return doorbell
+
+    def close_doorbell(self, core: QueueCore) -> None:
+        """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
+        with self._bells_lock:
+            doorbell = self._bells.pop(core, None)
+        if doorbell is not None:
+            doorbell.close()
+
+
+class ThreadDoorbell:
+    """A pub/sub listener thread over a fixed set of channels.
+
+    Args:
+        conn: the client to subscribe through (the quorum connection: scripts publish on the
+            primary).
+        channels: the channel names, one per shard.
+        enabled: False for servers without pub/sub (Dynomite): no thread, no subscription;
+            :meth:`wait` only sleeps, so waiting pops poll.
+    """
+
+    def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.rings = bell.Rings(channels)
+        self._conn = conn
+        self._cond = threading.Condition()
+        self._closed = threading.Event()
+        self._handlers: dict[type, Callable[[Any], Any]] = {
+            bell.Subscribe: self._subscribe, bell.NextMessage: self._next,
+            bell.Unsubscribe: self._unsubscribe, bell.Rang: self._rang,
+            bell.Listening: self._listening, bell.Pause: lambda r: self._closed.wait(r.seconds),
+        }
+        self._thread = threading.Thread(target=self._run, args=(channels,),
+                                        name="dynoqueue-doorbell", daemon=True)
+        if enabled:
+            self._thread.start()
+
+    def wait_until_listening(self, timeout_s: float) -> bool:
+        """Block until subscribed (or ``timeout_s`` seconds pass); return whether it is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.rings.listening or self._closed.is_set(),
+                                       timeout_s)
+
+    def ticket(self, channels: Sequence[str]) -> int:
+        """A token for :meth:`wait`: take it before checking the queue, so no ring is missed."""
+        with self._cond:
+            return self.rings.ticket(channels)
+
+    def wait(self, channels: Sequence[str], ticket: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for a ring on any of ``channels`` after ``ticket``.
+
+        Returns:
+            True if rung (or closed, or resubscribed), False on timeout.
+        """
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self.rings.ticket(channels) != ticket or self._closed.is_set(), timeout_s)
+
+    def close(self) -> None:
+        """Stop the listener thread and wait for it to end."""
+        self._closed.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self.enabled:
+            self._thread.join(timeout=5)
+
+    def _run(self, channels: Sequence[str]) -> None:
+        step = Step(bell.listen(channels, self._closed.is_set))
+        while step.pending:
+            try:
+                step.send(self._handlers[type(step.request)](step.request))
+            except Exception as exc:  # handed to the listener, which logs and retries
+                step.send(None, exc)
+
+    def _subscribe(self, request: bell.Subscribe) -> Any:
+        pubsub = self._conn.pubsub()
+        try:
+            pubsub.subscribe(*request.channels)
+        except BaseException:
+            self._unsubscribe(bell.Unsubscribe(pubsub))
+            raise
+        return pubsub
+
+    def _next(self, request: bell.NextMessage) -> Any:
+        return request.handle.get_message(timeout=request.timeout_s)
+
+    def _unsubscribe(self, request: bell.Unsubscribe) -> None:
+        with contextlib.suppress(RedisError, RedisClusterException, OSError):
+            request.handle.close()
+
+    def _rang(self, request: bell.Rang) -> None:
+        with self._cond:
+            self.rings.bump(request.channel)
+            self._cond.notify_all()
+
+    def _listening(self, request: bell.Listening) -> None:
+        with self._cond:
+            self.rings.listening = request.value
+            self._cond.notify_all()

@@ -1,0 +1,1 @@
+"""The data model, free of I/O: messages and their codec, key names, shards, settings, checks."""

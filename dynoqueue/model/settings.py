@@ -1,0 +1,130 @@
+"""The settings of a RedisQueues factory and its queues: one typed, frozen, validated object.
+
+:class:`QueueOptions` names the keyword arguments that :class:`~dynoqueue.RedisQueues`, its
+asyncio twin and every builder accept; :meth:`QueueSettings.build` checks them once and the
+queues share the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict, Unpack
+
+from ..errors import ConfigurationError
+from .keys import check_name
+from .message import DEFAULT_MAX_PAYLOAD_BYTES
+from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
+from .validate import int_at_least
+
+
+class QueueOptions(TypedDict, total=False):
+    """Keyword arguments of RedisQueues and the builders (each optional; defaults below).
+
+    Attributes:
+        unack_timeout_ms: lease a pop takes on each message, ms, >= 1 (default 60 000).
+        unack_handler_interval_ms: how often the unack reprocessor runs, ms, >= 1; 0 disables it
+            (call ``process_unacks`` yourself). Default 60 000.
+        sharding_strategy: where pushes go; default :class:`RoundRobinStrategy`.
+        write_quorum: replicas that must confirm each write (``WAIT n``), >= 0 (default 0).
+        write_quorum_timeout_ms: how long WAIT may block, ms, >= 1 (default 100).
+        clock: callable returning epoch ms, replacing the Redis server's ``TIME``.
+        max_payload_bytes: largest payload accepted, UTF-8 bytes, >= 1 (default 1 MiB).
+        poll_interval_ms: longest a waiting pop sleeps between checks when no doorbell rings,
+            ms, >= 1 (default 1 000).
+        hash_tag: wrap queue names in a Cluster hash tag; default: on for Redis Cluster.
+        doorbell: scripts PUBLISH a doorbell that wakes waiting pops (default True; False for
+            servers without pub/sub, such as Dynomite).
+    """
+
+    unack_timeout_ms: int
+    unack_handler_interval_ms: int
+    sharding_strategy: ShardingStrategy | None
+    write_quorum: int
+    write_quorum_timeout_ms: int
+    clock: Callable[[], int] | None
+    max_payload_bytes: int
+    poll_interval_ms: int
+    hash_tag: bool | None
+    doorbell: bool
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """What every queue of one factory shares, validated (see :class:`QueueOptions` for the
+    options and their defaults). Make one with :meth:`build`.
+
+    Attributes:
+        key_prefix: prefix of every key.
+        shards: every shard name, in the order the scripts receive them.
+        local_shard: the shard pops, peeks and the unack reprocessor act on.
+        cluster: the quorum connection is a Redis Cluster client (``hash_tag`` defaults on).
+    """
+
+    key_prefix: str
+    shards: tuple[str, ...]
+    local_shard: str
+    cluster: bool = False
+    unack_timeout_ms: int = 60_000
+    unack_handler_interval_ms: int = 60_000
+    sharding_strategy: ShardingStrategy | None = None
+    write_quorum: int = 0
+    write_quorum_timeout_ms: int = 100
+    clock: Callable[[], int] | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    poll_interval_ms: int = 1000
+    hash_tag: bool | None = None
+    doorbell: bool = True
+
+    @classmethod
+    def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
+              **options: Unpack[QueueOptions]) -> QueueSettings:
+        """Check every option and fill in the defaults.
+
+        Args:
+            key_prefix: prefix of every key (no braces, whitespace or control characters).
+            shard_supplier: names all shards and the local one.
+            cluster: the quorum connection is a Redis Cluster client.
+            **options: see :class:`QueueOptions`.
+
+        Raises:
+            ConfigurationError: (a ValueError) an option is unknown, out of range or
+                inconsistent.
+        """
+        unknown = set(options) - set(QueueOptions.__annotations__)
+        if unknown:
+            raise ConfigurationError(f"unknown setting(s) {sorted(unknown)}; known: "
+                                     f"{', '.join(QueueOptions.__annotations__)}")
+        if not isinstance(shard_supplier, ShardSupplier):
+            raise ConfigurationError("shard_supplier must provide get_queue_shards() and "
+                                     "get_current_shard()")
+        return cls(key_prefix, tuple(shard_supplier.get_queue_shards()),
+                   shard_supplier.get_current_shard(), cluster, **options)
+
+    def __post_init__(self) -> None:
+        check_name("key prefix", self.key_prefix)
+        if not self.shards or self.local_shard not in self.shards:
+            raise ConfigurationError(f"current shard {self.local_shard!r} is not one of the "
+                                     f"shards {list(self.shards)}")
+        for name, low in (("unack_timeout_ms", 1), ("unack_handler_interval_ms", 0),
+                          ("write_quorum", 0), ("write_quorum_timeout_ms", 1),
+                          ("max_payload_bytes", 1), ("poll_interval_ms", 1)):
+            int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+        if self.clock is not None and not callable(self.clock):
+            raise ConfigurationError("clock must be a callable returning epoch milliseconds")
+        strategy = self.sharding_strategy
+        if strategy is None:
+            strategy = RoundRobinStrategy()
+        elif not callable(getattr(strategy, "get_next_shard", None)):
+            raise ConfigurationError("sharding_strategy must provide get_next_shard()")
+        # Frozen: the defaults that depend on other fields are filled in once, here.
+        object.__setattr__(self, "sharding_strategy", strategy)
+        object.__setattr__(self, "hash_tag",
+                           self.cluster if self.hash_tag is None else bool(self.hash_tag))
+        object.__setattr__(self, "doorbell", bool(self.doorbell))
+
+    @property
+    def strategy(self) -> ShardingStrategy:
+        """The sharding strategy (never None after construction)."""
+        assert self.sharding_strategy is not None
+        return self.sharding_strategy
