@@ -148,7 +148,7 @@ class ClusterTopology(Topology):
             node_id = primary._admin_client().execute_command("CLUSTER", "MYID")
             for replica in self.replicas[i]:
                 self._replicate(replica, node_id, deadline)
-        self._wait(deadline, lambda: self._ready(require_replicas=True), "cluster not ready")
+        self._wait(deadline, self._ready, "cluster not ready")
         logger.info("cluster up: primaries %s", [p.port for p in self.primaries])
 
     def _replicate(self, replica: RedisServer, node_id: Any, deadline: float) -> None:
@@ -178,8 +178,9 @@ class ClusterTopology(Topology):
                 return False
         return True
 
-    def _ready(self, *, require_replicas: bool) -> bool:
-        want = 1 + (len(self.replicas[0]) if require_replicas else 0)
+    def _ready(self) -> bool:
+        # Every range must list its primary and all its replicas: clients read replicas there.
+        want = 1 + len(self.replicas[0])
         for server in self.servers():
             if not server.is_running():
                 continue
@@ -193,7 +194,7 @@ class ClusterTopology(Topology):
             covered = sum(int(r[1]) - int(r[0]) + 1 for r in ranges)
             if covered != _CLUSTER_SLOTS or any(len(r) - 2 < want for r in ranges):
                 return False
-            if require_replicas and server not in self.primaries:
+            if server not in self.primaries:
                 if server.info("replication").get("master_link_status") != "up":
                     return False
         return True
