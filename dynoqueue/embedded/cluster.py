@@ -88,16 +88,24 @@ class ClusterTopology(Topology):
 
     @property
     def url(self) -> str:
-        """``redis+cluster://h:p,h:p,...`` (``rediss+`` with TLS) for the builders."""
+        """``redis+cluster://h:p,h:p,...`` (``rediss+`` with TLS) for the builders.
+
+        With a password on the nodes it carries it: ``redis+cluster://[user]:pw@h:p,...``.
+        """
         scheme = "rediss+cluster" if self.tls else "redis+cluster"
-        return f"{scheme}://" + ",".join(f"{h}:{p}" for h, p in self.startup_nodes)
+        hosts = ",".join(f"{h}:{p}" for h, p in self.startup_nodes)
+        return f"{scheme}://{self.primaries[0].userinfo}{hosts}"
 
     def client(self, **kwargs: Any) -> Any:
-        """A new ``redis.cluster.RedisCluster`` on this cluster (the caller closes it)."""
+        """A new ``redis.cluster.RedisCluster`` on this cluster (the caller closes it).
+
+        The nodes' credentials and TLS options are defaults that ``kwargs`` may override.
+        """
         from redis.cluster import ClusterNode, RedisCluster
 
         if self.tls is not None:
             kwargs = {**self.tls.client_options(), **kwargs}
+        kwargs = {**self.primaries[0].credentials(), **kwargs}
         nodes = [ClusterNode(h, p)  # type: ignore[no-untyped-call]
                  for h, p in self.startup_nodes if self._is_up(p)]
         return RedisCluster(startup_nodes=nodes, **kwargs)

@@ -76,6 +76,11 @@ class RedisSentinel(RedisServer):
                 f"sentinel failover-timeout {name} {self._failover_timeout_ms}",
                 f"sentinel parallel-syncs {name} 4",
             ]
+            # The data nodes' credentials (from --requirepass or password=/username=).
+            if self._monitored.password is not None:
+                lines.append(f"sentinel auth-pass {name} {_quoted(self._monitored.password)}")
+            if self._monitored.username is not None:
+                lines.append(f"sentinel auth-user {name} {_quoted(self._monitored.username)}")
             conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return [self.executable, str(conf), "--sentinel", *self._extra_args]
 
@@ -140,10 +145,13 @@ class SentinelRing(ZoneRing):
 
     @property
     def url(self) -> str:
-        """``redis+sentinel://h:p,h:p,h:p/<service>`` (``rediss+`` with TLS) for the builders."""
+        """``redis+sentinel://h:p,h:p,h:p/<service>`` (``rediss+`` with TLS) for the builders.
+
+        With a password on the data nodes it carries it: ``redis+sentinel://[user]:pw@...``.
+        """
         scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
         hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addresses)
-        return f"{scheme}://{hosts}/{self.service_name}"
+        return f"{scheme}://{self.primary.userinfo}{hosts}/{self.service_name}"
 
     def servers(self) -> list[RedisServer]:
         """The data nodes (primary first), then the sentinels."""
@@ -219,6 +227,11 @@ class SentinelRing(ZoneRing):
             if len(replicas) != want_replicas or len(others) != len(self.sentinels) - 1:
                 return False
         return True
+
+
+def _quoted(value: str) -> str:
+    """A sentinel.conf argument in double quotes, so spaces and quotes survive."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
@@ -113,6 +115,15 @@ def _free_cluster_port() -> int:
     raise RedisServerStartError("no free port pair (p, p + 10000) for a cluster node")
 
 
+def _requirepass(extra_args: Sequence[str]) -> str | None:
+    """The value of the last ``--requirepass`` in a command line (Redis keeps the last)."""
+    found = None
+    for name, value in itertools.pairwise(extra_args):
+        if name == "--requirepass":
+            found = value
+    return found
+
+
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -151,10 +162,22 @@ class RedisServer:
             with these files (see :func:`make_tls_files`); clients from :meth:`client` trust
             its CA, and :attr:`url` is ``rediss://``.
         acl_users: ACL users to create, name -> password, each with every permission
-            (``~* &* +@all``); the ``default`` user stays open for administration.
+            (``~* &* +@all``); the ``default`` user is left as it is (open unless ``extra_args``
+            has ``--requirepass``).
+        username: the ACL user this module's own connections (start-up probe, :meth:`info`,
+            shutdown), :meth:`client` and :attr:`url` log in as; ``None`` is the ``default``
+            user. Only with ``password``. It must have ``+@all``, e.g. from ``--aclfile`` or a
+            ``--user`` directive in ``extra_args``.
+        password: that user's password. ``None`` (default) takes the value of
+            ``--requirepass`` in ``extra_args`` if there is one, else connects without a
+            password. Only says how to log in; the server's configuration (``--requirepass``,
+            ``--user``, ``--aclfile``) decides what it accepts. A replica also uses its
+            primary's credentials as ``--masterauth``/``--masteruser`` (a primary its own, for
+            when a failover makes it a replica).
 
     Raises:
-        InvalidArgumentError: ``port`` is out of range or ``startup_timeout_s`` is not positive.
+        InvalidArgumentError: ``port`` is out of range, ``startup_timeout_s`` is not positive,
+            ``username`` is given without ``password``, or a credential is empty.
     """
 
     def __init__(
@@ -167,6 +190,8 @@ class RedisServer:
         startup_timeout_s: float = 10.0,
         tls: TlsFiles | None = None,
         acl_users: Mapping[str, str] | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         if port is not None and not 0 < port < 65536:
             raise InvalidArgumentError(f"port must be in 1..65535, got {port}")
@@ -174,6 +199,12 @@ class RedisServer:
             raise InvalidArgumentError(f"startup_timeout_s must be > 0, got {startup_timeout_s}")
         if isinstance(extra_args, str):
             raise InvalidArgumentError("extra_args must be a sequence of arguments, not a string")
+        if password is None:
+            password = _requirepass(extra_args)
+        if username is not None and password is None:
+            raise InvalidArgumentError("username needs a password (pass password=...)")
+        if username == "" or password == "":
+            raise InvalidArgumentError("username and password must not be empty strings")
         self._fixed_port = port is not None
         self._port = port if port is not None else _free_port()
         self._extra_args = list(extra_args)
@@ -185,6 +216,8 @@ class RedisServer:
         self._startup_timeout_s = startup_timeout_s
         self.tls = tls
         self.acl_users = dict(acl_users or {})
+        self.username = username
+        self.password = password
         self._process: subprocess.Popen[bytes] | None = None
         self._last_pid: int | None = None
         self._directory: Path | None = None
@@ -212,8 +245,29 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        """A redis-py URL for database 0, ``redis://127.0.0.1:<port>/0`` (``rediss`` with TLS)."""
-        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/0"
+        """A redis-py URL for database 0, ``redis://127.0.0.1:<port>/0`` (``rediss`` with TLS).
+
+        With a password it carries the credentials: ``redis://[user]:password@127.0.0.1:...``
+        (URL-quoted), so ``RedisQueues.from_url(server.url)`` logs in.
+        """
+        return f"{'rediss' if self.tls else 'redis'}://{self.userinfo}{self.host}:{self.port}/0"
+
+    @property
+    def userinfo(self) -> str:
+        """The credentials as a URL's ``[user]:password@`` part (URL-quoted), ``""`` without."""
+        if self.password is None:
+            return ""
+        user = quote(self.username, safe="") if self.username is not None else ""
+        return f"{user}:{quote(self.password, safe='')}@"
+
+    def credentials(self) -> dict[str, str]:
+        """redis-py keyword arguments that log in as :attr:`username` (``{}`` without password)."""
+        found: dict[str, str] = {}
+        if self.username is not None:
+            found["username"] = self.username
+        if self.password is not None:
+            found["password"] = self.password
+        return found
 
     @property
     def pid(self) -> int | None:
@@ -277,13 +331,16 @@ class RedisServer:
 
         Args:
             **redis_kwargs: passed to :class:`redis.Redis` (``decode_responses``, ``db``,
-                ``socket_timeout`` in seconds, ...). ``host`` and ``port`` are set here.
+                ``socket_timeout`` in seconds, ...). ``host`` and ``port`` are set here; the
+                server's credentials and TLS options are defaults they may override (e.g.
+                ``password=None`` for a client that does not log in).
 
         Returns:
             A :class:`redis.Redis` the caller owns (close it when done).
         """
         if self.tls is not None:
             redis_kwargs = {**self.tls.client_options(), **redis_kwargs}
+        redis_kwargs = {**self.credentials(), **redis_kwargs}
         return redis.Redis(host=self.host, port=self.port, **redis_kwargs)
 
     def _internal_client(self, socket_timeout_s: float, **redis_kwargs: Any) -> Any:
@@ -348,9 +405,22 @@ class RedisServer:
                 else self._replicaof
             )
             args += ["--replicaof", host, str(port), "--replica-announce-ip", _LOCALHOST]
+        args += self._primary_auth_args()
         for name, password in self.acl_users.items():
             args += ["--user", name, "on", f">{password}", "~*", "&*", "+@all"]
         args += self._extra_args
+        return args
+
+    def _primary_auth_args(self) -> list[str]:
+        # How this server logs in to its primary: as the primary's user when it is one of ours,
+        # else with its own credentials (the nodes of a topology share them), which also lets a
+        # primary that a failover turns into a replica sync from its successor.
+        source = self._replicaof if isinstance(self._replicaof, RedisServer) else self
+        if source.password is None:
+            return []
+        args = ["--masterauth", source.password]
+        if source.username is not None:
+            args += ["--masteruser", source.username]
         return args
 
     def _port_args(self) -> list[str]:
@@ -431,10 +501,13 @@ class RedisServer:
         self._paused = False
         self._version = None
         _register(self)
-        logger.info("started redis-server pid %d on %s (%s)", process.pid, self.url, directory)
+        # The port, not the URL: the URL may carry a password.
+        logger.info("started redis-server pid %d on port %d (%s)", process.pid, self.port,
+                    directory)
         deadline = time.monotonic() + self._startup_timeout_s
         # A short timeout: something else listening on the port (a clash) must not stall us.
         probe = self._internal_client(0.25, decode_responses=True)
+        last_error: redis.RedisError | None = None
         try:
             while True:
                 code = process.poll()
@@ -451,14 +524,15 @@ class RedisServer:
                     # Check it is our process answering, not whoever else holds the port.
                     if int(probe.info("server")["process_id"]) == process.pid:
                         return
-                except redis.RedisError:
-                    pass
+                except redis.RedisError as exc:
+                    last_error = exc
                 if time.monotonic() > deadline:
                     tail = self._log_tail()
                     self._terminate()
                     raise RedisServerStartError(
                         f"redis-server ({command[0]}) on port {self.port} did not answer PING "
-                        f"within {self._startup_timeout_s:g} s.\n{tail}"
+                        f"within {self._startup_timeout_s:g} s (last error: {last_error!r})."
+                        f"\n{tail}"
                     )
                 time.sleep(0.02)
         finally:
@@ -492,6 +566,8 @@ class RedisServer:
             for args in (("NOSAVE", "NOW"), ("NOSAVE",)):
                 try:
                     client.execute_command("SHUTDOWN", *args)
+                except redis.AuthenticationError:
+                    break  # a subclass of ConnectionError, but the server is not going down
                 except redis.ResponseError:
                     continue
                 except (redis.RedisError, OSError):
@@ -499,6 +575,10 @@ class RedisServer:
                 return
         finally:
             client.close()
+        # Refused (wrong credentials, no permission): SIGTERM shuts it down too, without the
+        # 5 s wait for a SHUTDOWN that never came.
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
 
     def _terminate(self) -> None:
         process = self._process
@@ -597,7 +677,7 @@ def single(**kwargs: Any) -> Iterator[RedisServer]:
 
     Args:
         **kwargs: passed to :class:`RedisServer` (``port``, ``extra_args``, ``executable``,
-            ``startup_timeout_s``).
+            ``startup_timeout_s``, ``tls``, ``acl_users``, ``username``, ``password``).
 
     Yields:
         The running :class:`RedisServer`; it is stopped and its directory removed on exit, also
