@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import os
 import shutil
@@ -467,6 +468,23 @@ def test_server_dies_with_its_parent_process() -> None:
     shutil.rmtree(directory, ignore_errors=True)
     assert "timeout" not in lines, f"redis-server outlived its parent: {lines}"
     assert f"reaped {pid_text} {int(signal.SIGKILL)}" in lines, lines
+
+
+# ---- the package -----------------------------------------------------------------------------
+
+
+def test_the_package_docstring_example_passes_as_a_doctest() -> None:
+    import dynoqueue.embedded
+
+    result = doctest.testmod(dynoqueue.embedded)
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_cluster_is_the_function_not_the_submodule() -> None:
+    import dynoqueue.embedded
+
+    # The package has a submodule and a function both named "cluster"; callers mean the function.
+    assert callable(dynoqueue.embedded.cluster)
 
 
 # ---- finding the binary ---------------------------------------------------------------------
