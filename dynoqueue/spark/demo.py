@@ -33,24 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import system_clock_ms
-from ..demo import (
-    DATA_YEAR,
-    REMINDER_LEAD,
-    ZONES,
-    Invariant,
-    flights_csv_path,
-    mark_nonzero,
-    print_header,
-    print_invariants,
-)
+from ..demo.flights import DATA_YEAR, REMINDER_LEAD, ZONES, flights_csv_path
+from ..demo.report import Invariant, mark_nonzero, print_header, print_invariants
+from ..demo.run import QUEUE_NAME
 from ..errors import InvalidArgumentError
 from ..queue import DynoQueue
 from .options import SourceOptions, connected
 
 log = logging.getLogger("dynoqueue.spark.demo")
 
-#: The queue the demo schedules into and consumes from.
-QUEUE_NAME = "boarding-reminders"
 #: The default period: January 2013.
 DEFAULT_MONTH = 1
 #: Default wall seconds per day of the original calendar.
