@@ -624,16 +624,15 @@ def _invariants(total: ZoneStats, rows: list[ZoneStats], tracker: _Tracker,
 def _calls(options: DemoOptions, topology: _Topology, tracker: _Tracker) -> list[ApiCall]:
     """The dynoqueue calls of the run, as written in this file, with what they did."""
     calls = tracker.calls
-    where = ("quorum connection (push, pop, ack) on the primary, non-quorum one (reads) on the "
-             "zone's own node" if topology.replica_urls else "both connections on the one server")
+    where = ("the primary for writes, reads local"
+             if topology.replica_urls else "both connections on the one server")
     out = [
-        ApiCall("RedisQueues.from_url(url, ...)",
-                f"{_n(calls['from_url'], 'factory', 'factories')}, one per zone "
-                f"(local_zone=that zone): {where}"),
-        ApiCall(f'queues.get("{QUEUE_NAME}")', "each zone's queue object"),
+        ApiCall("RedisQueues.from_url(...)",
+                f"{_n(calls['from_url'], 'factory', 'factories')}, one per zone; {where}"),
+        ApiCall("queues.get(name)", f'the queue "{QUEUE_NAME}", in each zone'),
         ApiCall("queue.push(messages)",
                 f"{_n(calls['push'], 'call')} by the {len(AIRPORT_ZONES)} producers: "
-                f"{calls['pushed']} Message(id, payload, timeout=ms until due)"),
+                f"{calls['pushed']} messages, timeout = ms until due"),
         ApiCall(f"queue.pop({options.pop_count})",
                 f"{_n(calls['pop'], 'call')} by the live consumers: what is due, no waiting"),
         ApiCall(f"queue.pop(1, wait_ms={options.pop_wait_ms})",
@@ -653,8 +652,8 @@ def _calls(options: DemoOptions, topology: _Topology, tracker: _Tracker) -> list
     again = _n(sum(tracker.redelivered.values()), "redelivery", "redeliveries")
     out += [
         ApiCall("unack reprocessor",
-                f"a thread of each factory, every {options.unack_handler_interval_ms} ms: puts "
-                f"back expired leases ({again})"),
+                f"every {options.unack_handler_interval_ms} ms, put back the expired leases "
+                f"({again})"),
         ApiCall("queue.shard_sizes()", "at the end: what is left in each zone's shard"),
     ]
     return out
