@@ -30,7 +30,9 @@ from dynoqueue.demo import (
     Reminder,
     ZoneStats,
     compression_for,
+    extract_flights_csv,
     flights_csv_path,
+    iter_flight_rows,
     load_reminders,
     parse_day,
     render_report,
@@ -145,6 +147,19 @@ def test_duplicate_ids_and_reminders_on_the_previous_evening(tmp_path: Path) -> 
     assert got[0].remind_at_local == datetime(2013, 1, 31, 23, 45)  # the evening before
     assert got[0].remind_at_utc == datetime(2013, 2, 1, 4, 45, tzinfo=timezone.utc)
     assert schedule_offsets_ms(got, 60.0) == [0, 0, (7 * 60 + 45) * 1000]  # 7 h 45 min / 60
+
+
+def test_extract_flights_csv_writes_the_real_table_once(tmp_path: Path) -> None:
+    target = extract_flights_csv(tmp_path)
+    assert target == tmp_path / "flights.csv"
+    with target.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        first = next(reader)
+        count = 1 + sum(1 for _ in reader)
+    assert count == 336_776
+    assert first == next(iter_flight_rows())
+    stamp = target.stat().st_mtime_ns
+    assert extract_flights_csv(tmp_path) == target and target.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.parametrize("text", ["2014-01-01", "2012-12-31", "2013-02-30", "tomorrow", ""])

