@@ -2,8 +2,8 @@
 
 Each zone builds its own :class:`~dynoqueue.RedisQueues` with ``RedisQueues.from_url`` (the
 quorum connection on the primary, the non-quorum connection on the zone's own node), as a
-process in that zone would. Each airport's producer ``push``\\ es its reminders from its zone;
-round robin spreads them over the shards a, b and c. Consumers in every zone ``pop`` their own
+process in that zone would. Each airport's producer calls ``push`` from its zone; round
+robin spreads the reminders over the shards a, b and c. Consumers in every zone ``pop`` their own
 zone's shard and ``ack_many`` what they got; one extra consumer crashes holding a batch, whose
 leases run out so that its zone's unack reprocessor puts the messages back. The demo keeps its
 own books of every message next to Redis, and :func:`run_demo` turns them into a
@@ -388,7 +388,7 @@ def _run(
             thread.join(timeout=5)
             if thread.is_alive():
                 log.warning("thread %s did not stop", thread.name)
-        sizes = _final_sizes(zones, tracker)
+        sizes = _final_sizes(zones)
     finally:
         tracker.stop.set()
         if options.redis_url and zones:  # a shared server: leave nothing behind
@@ -494,16 +494,13 @@ def _crash(
 _CRASH_WAIT_MS = 1000
 
 
-def _final_sizes(
-    zones: dict[str, _Zone], tracker: _Tracker, settle_s: float = 3.0
-) -> dict[str, tuple[int, int]]:
+def _final_sizes(zones: dict[str, _Zone], settle_s: float = 3.0) -> dict[str, tuple[int, int]]:
     """Each zone's own shard, (waiting, leased), as its local node sees it; waits briefly for
     the replicas to catch up. (-1, -1) where it could not be read."""
     deadline = time.monotonic() + settle_s
     while True:
         sizes: dict[str, tuple[int, int]] = {}
         for name, zone in zones.items():
-            tracker.count("shard_sizes")
             try:
                 own = zone.queue.shard_sizes()[zone.queue.local_shard]
                 sizes[name] = (own["size"], own["uacked"])
