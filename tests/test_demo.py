@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 import zipfile
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,10 +21,18 @@ from dynoqueue.cli import main
 from dynoqueue.demo import (
     AIRPORT_ZONES,
     INSTALL_HINT,
+    ApiCall,
+    CrashInfo,
     DemoOptions,
+    DemoReport,
+    Invariant,
+    Lateness,
     Reminder,
+    ZoneStats,
     compression_for,
+    extract_flights_csv,
     flights_csv_path,
+    iter_flight_rows,
     load_reminders,
     parse_day,
     render_report,
@@ -79,8 +87,8 @@ def test_known_flights_and_their_offsets(reminders: list[Reminder]) -> None:
     last = by_id["2013-01-15/B6727/JFK/2359"]
     assert first.sched_dep_local == datetime(2013, 1, 15, 5, 0)
     assert first.remind_at_local == datetime(2013, 1, 15, 4, 30)
-    assert first.remind_at_utc == datetime(2013, 1, 15, 9, 30, tzinfo=timezone.utc)  # EST
-    assert last.remind_at_utc == datetime(2013, 1, 16, 4, 29, tzinfo=timezone.utc)
+    assert first.remind_at_utc == datetime(2013, 1, 15, 9, 30, tzinfo=UTC)  # EST
+    assert last.remind_at_utc == datetime(2013, 1, 16, 4, 29, tzinfo=UTC)
     assert (first.dest, last.dest, last.zone) == ("CLT", "BQN", "us-east-1b")
     payload = json.loads(last.payload())
     assert payload == {"flight": "B6727", "origin": "JFK", "dest": "BQN",
@@ -115,7 +123,7 @@ def test_summer_day_uses_daylight_saving_time() -> None:
     assert 500 <= len(july) <= 1000
     for reminder in july[:20]:
         assert reminder.sched_dep_utc - reminder.sched_dep_local.replace(
-            tzinfo=timezone.utc) == timedelta(hours=4)
+            tzinfo=UTC) == timedelta(hours=4)
 
 
 def test_duplicate_ids_and_reminders_on_the_previous_evening(tmp_path: Path) -> None:
@@ -137,8 +145,21 @@ def test_duplicate_ids_and_reminders_on_the_previous_evening(tmp_path: Path) -> 
         "2013-02-01/UA99/EWR/0015", "2013-02-01/UA99/EWR/0015#2", "2013-02-01/DL5/LGA/0800",
     ]
     assert got[0].remind_at_local == datetime(2013, 1, 31, 23, 45)  # the evening before
-    assert got[0].remind_at_utc == datetime(2013, 2, 1, 4, 45, tzinfo=timezone.utc)
+    assert got[0].remind_at_utc == datetime(2013, 2, 1, 4, 45, tzinfo=UTC)
     assert schedule_offsets_ms(got, 60.0) == [0, 0, (7 * 60 + 45) * 1000]  # 7 h 45 min / 60
+
+
+def test_extract_flights_csv_writes_the_real_table_once(tmp_path: Path) -> None:
+    target = extract_flights_csv(tmp_path)
+    assert target == tmp_path / "flights.csv"
+    with target.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        first = next(reader)
+        count = 1 + sum(1 for _ in reader)
+    assert count == 336_776
+    assert first == next(iter_flight_rows())
+    stamp = target.stat().st_mtime_ns
+    assert extract_flights_csv(tmp_path) == target and target.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.parametrize("text", ["2014-01-01", "2012-12-31", "2013-02-30", "tomorrow", ""])
@@ -203,6 +224,95 @@ def test_missing_flights_package_exits_2_and_says_what_to_install() -> None:
     assert "Traceback" not in result.stderr
 
 
+# ---------------------------------------------------------------------------- the report
+
+
+def _render(report: DemoReport, *, quiet: bool = False) -> str:
+    console = Console(file=io.StringIO(), width=100)
+    render_report(report, console, quiet=quiet)
+    return console.file.getvalue()  # type: ignore[attr-defined, no-any-return]
+
+
+def _assert_readable_at_100(text: str, report: DemoReport) -> None:
+    """Every line fits 100 columns, and no value is split across lines or cut short."""
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "…" not in text  # rich's mark for a cell it had to cut
+    assert "0/0" not in text and "uacked" not in text
+    values = [*report.nodes, report.topology, report.key_prefix, f"{report.flights} flights"]
+    for airport, count in report.producers.items():
+        values.append(f"{airport} {count} from {AIRPORT_ZONES[airport]}")
+    for value in values:
+        assert any(value in line for line in lines), f"{value!r} is split or missing"
+    for row in [*report.zones, report.total]:
+        late = row.lateness
+        cells = [row.zone, row.pushed, row.popped, row.redelivered, row.acked, row.lost,
+                 row.early, late.p50, late.p99, late.max, row.left]
+        expected = ["-" if cell is None else str(cell) for cell in cells]
+        assert expected in [line.split() for line in lines], f"row {expected} is split"
+    for call in report.calls:  # one line each: the call, then what it did
+        assert any(line.strip().startswith(call.call) and line.rstrip().endswith(call.what)
+                   for line in lines), call
+
+
+def _made_up_report(*, ok: bool = True) -> DemoReport:
+    """A report with wide values (5-digit ports and lateness, long counts), as a run could give."""
+    zones = [
+        ZoneStats("us-east-1a", "a", pushed=99_001, popped=99_001, acked=99_001,
+                  lateness=Lateness(99_001, 12_345, 23_456, 34_567)),
+        ZoneStats("us-east-1b", "b", pushed=99_002, popped=99_022, redelivered=20,
+                  acked=99_002 if ok else 98_982, lost=0 if ok else 20,
+                  lateness=Lateness(99_002, 11_111, 22_222, 33_333), leased=0 if ok else 20),
+        ZoneStats("us-east-1c", "c", pushed=99_003, popped=99_003, acked=99_003,
+                  lateness=Lateness()),
+    ]
+    total = ZoneStats("total", pushed=297_006, popped=297_026, redelivered=20,
+                      acked=297_006 if ok else 296_986, lost=0 if ok else 20,
+                      lateness=Lateness(198_003, 12_000, 23_000, 34_567), leased=0 if ok else 20)
+    return DemoReport(
+        day=DAY, flights=297_006, compression=3417.0, schedule_s=20.0,
+        topology="local zone ring: a primary, a replica in each other zone; write_quorum=1",
+        nodes=[f"us-east-1{z} {'primary' if z == 'a' else 'replica'} 127.0.0.1:6553{i}"
+               for i, z in enumerate("abc")],
+        queue="boarding-reminders", key_prefix="dynoqueue-demo-814f90ed",
+        producers={"EWR": 99_001, "JFK": 99_002, "LGA": 99_003}, zones=zones, total=total,
+        crash=CrashInfo("us-east-1b", held=20, recovered=20 if ok else 0,
+                        recovery_ms=(1163, 1664) if ok else None,
+                        redelivered_in={"us-east-1b": 20} if ok else {}, lease_ms=2000),
+        calls=[ApiCall("RedisQueues.from_url(...)", "3 factories, one per zone"),
+               ApiCall("queue.push(messages)", "2,971 calls by the 3 producers"),
+               ApiCall("queue.pop(50)", "12,345 calls by the live consumers")],
+        invariants=[Invariant("lost == 0", ok, "297006 of 297006 delivered and acked")],
+        elapsed_s=21.8,
+    )
+
+
+def test_report_fits_100_columns_without_splitting_a_value() -> None:
+    report = _made_up_report()
+    text = _render(report)
+    _assert_readable_at_100(text, report)
+    # One row key: the consuming zone; the crash's redeliveries are on its zone's row.
+    assert "reminders by the zone that consumed them" in text
+    assert "redelivered¹" in text
+    footnote = text[text.index("¹ redelivered:"):]
+    assert "us-east-1b's unack reprocessor" in " ".join(footnote.split())
+    assert "what the demo did (code: dynoqueue/demo/run.py)" in text
+    assert text.splitlines()[-1] == ("OK: 297006/297006 delivered, 0 lost, 0 early, "
+                                     "20 redelivered; lateness p50 12000 ms, p99 23000 ms")
+
+
+def test_failed_report_marks_the_leftovers_and_ends_with_failed() -> None:
+    report = _made_up_report(ok=False)
+    text = _render(report)
+    _assert_readable_at_100(text, report)
+    assert text.splitlines()[-1].startswith("FAILED: lost == 0")
+    # No claim that the reprocessor put back what never came back.
+    footnote = " ".join(text[text.index("¹ redelivered:"):].split())
+    assert "No live consumer delivered them again before the run ended" in footnote
+    assert "put them back" not in footnote
+    assert _render(report, quiet=True).startswith("FAILED")
+
+
 # ---------------------------------------------------------------------------- real runs
 
 
@@ -213,33 +323,50 @@ def test_short_demo_on_a_fresh_ring(reminders: list[Reminder]) -> None:
     took = time.monotonic() - started
     assert report.ok, report.failed
     total = report.total
-    assert total.scheduled == report.flights == len(reminders)
-    assert total.delivered == total.scheduled
+    assert total.pushed == total.acked == report.flights == len(reminders)
     assert total.lost == 0 and total.early == 0
-    assert total.redelivered >= 1
-    assert report.crash is not None and report.crash.held >= 1
-    assert report.crash.recovered == report.crash.held
-    assert report.crash.recovery_ms is not None
-    assert all(row.shard == {"size": 0, "uacked": 0} for row in report.zones)
-    assert total.shard == {"size": 0, "uacked": 0}
-    assert [row.zone for row in report.zones] == ["us-east-1a", "us-east-1b", "us-east-1c"]
-    assert sum(row.consumed for row in report.zones) == total.scheduled + total.redelivered
+    assert report.producers == {a: sum(1 for r in reminders if r.origin == a)
+                                for a in AIRPORT_ZONES}
+    # Rows by consuming zone: every count of a row is about that zone's own shard.
+    assert [(row.zone, row.shard) for row in report.zones] == [
+        ("us-east-1a", "a"), ("us-east-1b", "b"), ("us-east-1c", "c")]
+    for row in report.zones:
+        assert row.pushed == row.acked + row.lost
+        assert row.popped == row.acked + row.redelivered  # each acked once, plus repeats
+        assert (row.waiting, row.leased) == (0, 0)
+        assert 250 <= row.pushed <= 350  # round robin: about a third each
+    assert sum(row.popped for row in report.zones) == total.popped
+    assert total.popped == total.acked + total.redelivered
+    # The crash was in us-east-1b: its messages came back there, and are counted there.
+    crash = report.crash
+    assert crash is not None and crash.held >= 1 and crash.recovered == crash.held
+    assert crash.redelivered_in == {"us-east-1b": crash.held}
+    assert report.zones[1].redelivered >= crash.held
+    assert crash.recovery_ms is not None and crash.lease_ms == 2000
     assert total.lateness.count > 0 and total.lateness.p50 is not None
     assert 0 <= total.lateness.p50 <= total.lateness.p99 <= total.lateness.max  # type: ignore[operator]
     assert "write_quorum=1" in report.topology
+    assert [node.split()[:2] for node in report.nodes] == [
+        ["us-east-1a", "primary"], ["us-east-1b", "replica"], ["us-east-1c", "replica"]]
+    calls = {call.call: call.what for call in report.calls}
+    assert calls["RedisQueues.from_url(...)"].startswith("3 factories")
+    assert f"{len(reminders)} messages" in calls["queue.push(messages)"]
+    assert {"queue.pop(50)", "queue.pop(1, wait_ms=200)", "queue.ack_many(messages)",
+            "unack reprocessor"} <= set(calls)
     assert took < 4.0 + 15.0
-    console = Console(file=io.StringIO(), width=120)
-    render_report(report, console)
-    text = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "us-east-1b" in text and "OK" in text and "FAIL" not in text
+    text = _render(report)
+    _assert_readable_at_100(text, report)
+    assert "FAIL" not in text and text.splitlines()[-1].startswith("OK: ")
 
 
 @pytest.mark.slow
 def test_cli_demo_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--duration", "3"]) == 0
     out = capsys.readouterr().out
-    assert "OK: 894/894 delivered, 0 lost, 0 early" in out
+    assert out.splitlines()[-1].startswith("OK: 894/894 delivered, 0 lost, 0 early")
     assert "us-east-1a" in out and "LGA" in out
+    assert "0/0" not in out and "uacked" not in out
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 @pytest.mark.slow
@@ -250,6 +377,7 @@ def test_demo_against_a_redis_url_leaves_no_keys(
                       reminders=reminders)
     assert report.ok, report.failed
     assert "write_quorum=0" in report.topology
+    assert report.nodes == [f"every zone {redis_server.host}:{redis_server.port}"]
     client = redis.Redis.from_url(redis_server.url)
     try:
         assert list(client.scan_iter(match=f"{report.key_prefix}*")) == []
@@ -263,12 +391,16 @@ def test_a_broken_run_fails_its_invariants(reminders: list[Reminder]) -> None:
     options = DemoOptions(duration_s=1.0, unack_timeout_ms=60_000, grace_s=1.0)
     report = run_demo(options, reminders=reminders)
     assert not report.ok
-    assert report.crash is not None and report.crash.held >= 1
-    assert report.total.lost == report.crash.held
-    failed = {inv.name for inv in report.failed}
+    crash = report.crash
+    assert crash is not None and crash.held >= 1 and crash.recovered == 0
+    assert report.total.lost == crash.held
+    # The held messages are lost from, and still leased in, the crash's zone only.
+    assert [row.lost for row in report.zones] == [0, crash.held, 0]
+    assert [row.leased for row in report.zones] == [0, crash.held, 0]
+    failed = {inv.name: inv.detail for inv in report.failed}
     assert {"lost == 0", "every shard empty at the end",
-            "crashed consumer's messages redelivered"} <= failed
-    assert report.total.shard["uacked"] == report.crash.held
-    console = Console(file=io.StringIO(), width=120)
-    render_report(report, console, quiet=True)
-    assert console.file.getvalue().startswith("FAILED")  # type: ignore[attr-defined]
+            "crashed consumer's messages redelivered"} <= set(failed)
+    assert failed["every shard empty at the end"] == (
+        f"left: us-east-1b 0 waiting, {crash.held} leased")
+    assert _render(report, quiet=True).startswith("FAILED")
+    _assert_readable_at_100(_render(report), report)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from huey import RedisHuey
@@ -50,7 +50,7 @@ class HueyAdapter(Adapter):
             raise NotSupported("no bulk enqueue API (one enqueue per task)")
         for item in batch:
             if item.due_ms > now_ms():
-                when = datetime.fromtimestamp(item.due_ms / 1000, tz=timezone.utc)
+                when = datetime.fromtimestamp(item.due_ms / 1000, tz=UTC)
                 self.task.schedule(args=(item.body,), eta=when)
             else:
                 self.task(item.body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -50,7 +50,7 @@ class RqAdapter(Adapter):
 
     @staticmethod
     def _when(item: Item) -> datetime:
-        return datetime.fromtimestamp(item.due_ms / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(item.due_ms / 1000, tz=UTC)
 
     def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """Scheduled jobs for future items; plain jobs (enqueue / enqueue_many) for due ones."""

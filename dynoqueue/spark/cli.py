@@ -19,7 +19,7 @@ _INSTALL_HINT = "pip install 'dynoqueue[spark]'"
 
 
 def _month(text: str) -> tuple[datetime, datetime]:
-    from ..demo import DATA_YEAR
+    from ..demo.flights import DATA_YEAR
     from .demo import month_period
 
     try:
@@ -32,7 +32,7 @@ def _month(text: str) -> tuple[datetime, datetime]:
 
 
 def _day(text: str) -> tuple[datetime, datetime]:
-    from ..demo import parse_day
+    from ..demo.flights import parse_day
     from ..errors import InvalidArgumentError
 
     try:

