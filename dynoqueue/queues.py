@@ -58,6 +58,7 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     queue_class = DynoQueue
     cluster_class = RedisCluster
+    _driver: SyncDriver
 
     def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
                  shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
@@ -117,7 +118,24 @@ class RedisQueues(QueuesBase[DynoQueue]):
         Returns:
             How many messages were put back in all.
         """
-        return int(self._driver.run(self._unack_pass()))
+        return self._driver.run(self._unack_pass())
+
+    def ping(self) -> dict[str, float]:
+        """Check every connection the queues use, in one call: the quorum connection, the
+        non-quorum (read) connection and, with the doorbell on, the pub/sub it relies on. Meant
+        for start-up and health checks: the builders connect lazily.
+
+        Returns:
+            Round-trip milliseconds per connection: ``{"quorum": 0.2, "non_quorum": 0.1,
+            "doorbell": 0.2}`` (no ``"doorbell"`` without one).
+
+        Raises:
+            AccessDeniedError: a wrong password, unknown user or missing permission (at once).
+            RedisOperationError: a connection failed after its retry budget; the operation
+                names it (``ping quorum``, ...).
+            QueueClosedError: the factory was closed.
+        """
+        return self._driver.run(self._ping())
 
     def close(self) -> None:
         """Stop and join the unack reprocessor, close every queue, then the connections a

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import redis
 
 from dynoqueue import (
+    AccessDeniedError,
     ConfigurationError,
     Message,
     QuorumNotReachedError,
@@ -28,6 +30,7 @@ from dynoqueue.embedded import (
     TlsFiles,
     ZoneRing,
     make_tls_files,
+    single,
 )
 
 from .conftest import eventually, unique
@@ -114,6 +117,37 @@ def test_errors_do_not_show_the_password() -> None:
 def test_bad_builder_arguments_raise_before_connecting(kwargs) -> None:
     with pytest.raises(ConfigurationError):
         RedisQueues.from_url("redis://127.0.0.1:1/0", **kwargs)
+
+
+def test_a_wrong_password_fails_at_once_with_a_typed_error(prefix) -> None:
+    with single(extra_args=["--requirepass", "right"]) as server:
+        for url in (f"redis://:wrong@127.0.0.1:{server.port}",
+                    f"redis://nobody:right@127.0.0.1:{server.port}"):
+            queues = RedisQueues.from_url(url, key_prefix=prefix, unack_handler_interval_ms=0)
+            started = time.monotonic()
+            with pytest.raises(AccessDeniedError) as info:
+                queues.ping()
+            assert time.monotonic() - started < 1.0  # not the 9.5 s retry budget
+            assert isinstance(info.value.__cause__, redis.AuthenticationError)
+            assert "wrong" not in str(info.value) and "right" not in str(info.value)
+            queues.close()
+        with RedisQueues.from_url(f"redis://:right@127.0.0.1:{server.port}", key_prefix=prefix,
+                                  unack_handler_interval_ms=0) as queues:
+            assert set(queues.ping()) == {"quorum", "non_quorum", "doorbell"}
+
+
+def test_transient_failures_are_retried_and_logged_with_the_endpoint(prefix, caplog) -> None:
+    queues = RedisQueues.from_url("redis://:s3cret@127.0.0.1:1", key_prefix=prefix,
+                                  unack_handler_interval_ms=0,
+                                  retry=RetryBudget(retries=2, base_s=0.01, cap_s=0.02))
+    with pytest.raises(RedisOperationError) as info:
+        queues.ping()
+    assert not isinstance(info.value, AccessDeniedError)
+    assert "ping quorum" in str(info.value)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "dynoqueue.connect"]
+    assert len(warnings) >= 2 and all("127.0.0.1:1" in w and "retrying" in w for w in warnings)
+    assert "s3cret" not in caplog.text
+    queues.close()
 
 
 def test_retry_budget_is_bounded() -> None:

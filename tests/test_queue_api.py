@@ -576,3 +576,29 @@ def test_close_releases_a_waiting_pop(make_queues) -> None:
     waiter.join(timeout=5)
     assert not waiter.is_alive() and results == [[]]
     assert time.monotonic() - started < 3.0
+
+
+def test_close_stops_new_work_but_still_accepts_acks(make_queues) -> None:
+    """Shutdown: closing a queue wakes waiting pops and refuses new pops and pushes, but the
+    messages in hand can still be acked (not redelivered) until the factory closes."""
+    queues = make_queues(shard_supplier=SingleShardSupplier("a"))
+    q = queues.get(unique())
+    q.push([Message("m1"), Message("m2"), Message("m3")])
+    held = q.pop(3)
+    q.close()
+    with pytest.raises(QueueClosedError):
+        q.pop(1)
+    with pytest.raises(QueueClosedError):
+        q.push([Message("late")])
+    assert q.ack(held[0].id)
+    assert q.ack_many([m.id for m in held[1:]]) == 2
+    assert q.set_unack_timeout("gone", 1000) is False
+    queues.close()
+    with pytest.raises(QueueClosedError):
+        q.ack("m1")
+
+
+def test_ping_checks_every_connection(make_queues) -> None:
+    times = make_queues().ping()
+    assert set(times) == {"quorum", "non_quorum", "doorbell"}
+    assert all(0 <= ms < 5_000 for ms in times.values())

@@ -18,7 +18,7 @@ The model encodes the library's contract:
 
 Each example gets a fresh key prefix on the session redis-server, and its RedisQueues is closed
 (after clearing the queue) when the example ends. Runs once with a bytes client and, shorter,
-once with a decode_responses=True client.
+once with a decode_responses=True client, each on the sync and on the asyncio API.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import pytest
 import redis
+import redis.asyncio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -42,7 +43,10 @@ from hypothesis.stateful import (
 )
 
 from dynoqueue import DynoQueue, Message, RedisQueues, StaticShardSupplier
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer
+
+from .apis import Bridge
 
 SHARDS = ["a", "b", "c"]
 LOCAL = "a"
@@ -93,6 +97,8 @@ class QueueMachine(RuleBasedStateMachine):
     #: Set by the pytest test before running the machine.
     client: ClassVar[redis.Redis | None] = None
     make_clock: ClassVar[Callable[[], Any] | None] = None
+    bridge: ClassVar[Bridge | None] = None
+    async_client: ClassVar[Any] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -113,14 +119,18 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.client is not None and self.make_clock is not None
         self.clock = self.make_clock()
         self.unack_timeout_ms = unack_timeout_ms
-        self.queues = RedisQueues(
-            self.client, self.client,
+        options: dict[str, Any] = dict(
             key_prefix=f"sm{uuid.uuid4().hex[:12]}",
             shard_supplier=StaticShardSupplier(SHARDS, LOCAL),
             unack_handler_interval_ms=0,
             unack_timeout_ms=unack_timeout_ms,
             clock=self.clock,
         )
+        if self.bridge is not None:  # the asyncio API, through a blocking view
+            self.queues = self.bridge.wrap_factory(AsyncRedisQueues(
+                self.async_client, self.async_client, **options))
+        else:
+            self.queues = RedisQueues(self.client, self.client, **options)
         self.queue = self.queues.get("q")
         if batch:
             self.push(batch)
@@ -347,12 +357,16 @@ class QueueMachine(RuleBasedStateMachine):
     ("decode_responses", "max_examples"), [(False, 150), (True, 40)], ids=["bytes", "decoded"]
 )
 def test_queue_matches_model(
-    redis_server: RedisServer, clock: Any, decode_responses: bool, max_examples: int
+    redis_server: RedisServer, clock: Any, decode_responses: bool, max_examples: int,
+    api: str, bridge: Bridge,
 ) -> None:
     client = redis_server.client(decode_responses=decode_responses)
     clock_type = type(clock)  # conftest's FakeClock: a fresh one per example
     QueueMachine.client = client
     QueueMachine.make_clock = clock_type
+    QueueMachine.bridge = bridge if api == "async" else None
+    QueueMachine.async_client = redis.asyncio.Redis(port=redis_server.port,
+                                                    decode_responses=decode_responses)
     try:
         run_state_machine_as_test(
             QueueMachine,
@@ -366,4 +380,6 @@ def test_queue_matches_model(
     finally:
         QueueMachine.client = None
         QueueMachine.make_clock = None
+        QueueMachine.bridge = None
         client.close()
+        bridge.call(QueueMachine.async_client.aclose())

@@ -43,6 +43,7 @@ class RedisQueues(QueuesBase[DynoQueue]):
     queue_class = DynoQueue
     cluster_class = RedisCluster
     asynchronous = True
+    _driver: AsyncDriver
 
     def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
                  shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
@@ -79,7 +80,10 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     async def process_unacks(self) -> int:
         """See :meth:`dynoqueue.RedisQueues.process_unacks`."""
-        return int(await self._driver.run(self._unack_pass()))
+        return await self._driver.run(self._unack_pass())
+
+    async def ping(self) -> dict[str, float]:
+        return await self._driver.run(self._ping())
 
     async def aclose(self) -> None:
         """Stop the reprocessor task, close every queue, then the connections a builder made.
@@ -120,6 +124,6 @@ class RedisQueues(QueuesBase[DynoQueue]):
                 log.exception("unack pass failed")
 
 
-for _name in ("process_unacks", "aclose"):
+for _name in ("process_unacks", "aclose", "ping"):
     vars(RedisQueues)[_name].__doc__ = getattr(SyncRedisQueues,
                                                "close" if _name == "aclose" else _name).__doc__

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
@@ -17,8 +18,8 @@ from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import check_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
-from .queue import QueueCore
-from .requests import Op
+from .queue import QueueCore, guarded
+from .requests import QUORUM, READ, Command, Op
 
 log = logging.getLogger("dynoqueue.queues")
 
@@ -137,6 +138,25 @@ class QueuesBase(Generic[Q]):
             queue._core.closed = queue._core.detached = True
         owned, self._owned = self._owned, []
         return owned
+
+    def _ping(self) -> Op[dict[str, float]]:
+        """Check every connection the queues use; reply: round-trip ms per connection."""
+        if self._closed:
+            raise QueueClosedError("RedisQueues is closed")
+        checks: list[tuple[str, str, tuple[str, ...]]] = [
+            ("quorum", QUORUM, ("PING",)), ("non_quorum", READ, ("PING",))]
+        if self.settings.doorbell:  # waiting pops subscribe through the quorum connection
+            checks.append(("doorbell", QUORUM, ("PUBSUB", "NUMSUB", "dynoqueue-ping")))
+        out: dict[str, float] = {}
+        for name, role, args in checks:
+            started = time.perf_counter()
+            yield from guarded(f"ping {name}", "", self._command(role, args))
+            out[name] = (time.perf_counter() - started) * 1000
+        return out
+
+    @staticmethod
+    def _command(role: str, args: tuple[str, ...]) -> Op[object]:
+        return (yield Command(role, args))
 
     def _unack_pass(self) -> Op[int]:
         """One unack pass over every open queue; one queue's error is logged, not raised."""

@@ -80,6 +80,26 @@ _SET_TIMEOUT_ATTEMPTS = 5
 _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
 
 
+def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
+    """Run ``op``, turning redis-py errors into typed dynoqueue errors.
+
+    Raises:
+        AccessDeniedError: wrong password, unknown user, missing ACL permission.
+        InvalidPatternError: Redis reported a malformed Lua pattern.
+        RedisOperationError: any other Redis failure, naming ``operation`` and ``key``.
+    """
+    try:
+        return (yield from op)
+    except _ACCESS_DENIED as exc:
+        raise AccessDeniedError(operation, key, str(exc)) from exc
+    except ResponseError as exc:
+        if "BADPATTERN" in str(exc):
+            raise InvalidPatternError(f"malformed Lua pattern: {exc}") from exc
+        raise RedisOperationError(operation, key, str(exc)) from exc
+    except (RedisError, RedisClusterException) as exc:
+        raise RedisOperationError(operation, key, str(exc)) from exc
+
+
 class QueueCore:
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 
@@ -487,18 +507,9 @@ class QueueCore:
     # ----------------------------------------------------------------------------- I/O steps
 
     def _guard(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
-        """Run ``op``, turning redis-py errors into typed dynoqueue errors."""
+        """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`)."""
         self._check_attached()
-        try:
-            return (yield from op)
-        except _ACCESS_DENIED as exc:
-            raise AccessDeniedError(operation, key, str(exc)) from exc
-        except ResponseError as exc:
-            if "BADPATTERN" in str(exc):
-                raise InvalidPatternError(f"malformed Lua pattern: {exc}") from exc
-            raise RedisOperationError(operation, key, str(exc)) from exc
-        except (RedisError, RedisClusterException) as exc:
-            raise RedisOperationError(operation, key, str(exc)) from exc
+        return (yield from guarded(operation, key, op))
 
     def _command(self, role: str, *args: Any) -> Op[Any]:
         return (yield Command(role, args))

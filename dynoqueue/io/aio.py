@@ -213,6 +213,8 @@ class TaskDoorbell:
                 step.send(None, exc)
 
     async def _subscribe(self, request: bell.Subscribe) -> Any:
+        # The asyncio RedisCluster reads its slot map at first use; pub/sub needs it first.
+        await self._conn.initialize()
         pubsub = self._conn.pubsub()
         try:
             await pubsub.subscribe(*request.channels)

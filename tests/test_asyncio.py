@@ -1,0 +1,187 @@
+"""What only the asyncio API has: cancellation, many waiters on one pool, close while waiting,
+the reprocessor task, and sharing a queue with the sync API (real redis-server, no mocks).
+
+The contract suite (test_queue_api, test_bad_input, test_concurrency, test_state_machine) runs
+every public call on both APIs; this file covers the asyncio-only behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from dynoqueue import (
+    ConfigurationError,
+    Message,
+    QueueClosedError,
+    SingleShardSupplier,
+    StaticShardSupplier,
+)
+from dynoqueue import RedisQueues as SyncRedisQueues
+from dynoqueue.asyncio import DynoQueue, RedisQueues
+
+from .conftest import unique
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_cancelled_waiting_pop_puts_back_what_it_leased(redis_server, prefix) -> None:
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0,
+                                        unack_timeout_ms=60_000) as queues:
+            q = queues.get(unique())
+            await q.push([Message("m1"), Message("m2")])
+            with pytest.raises(TimeoutError):  # claims both, then waits for a third
+                await asyncio.wait_for(q.pop(3, wait_ms=10_000), timeout=0.5)
+            assert await q.shard_sizes() == {"a": {"size": 2, "uacked": 0}}
+            again = await q.pop(3)  # due at once, not after the 60 s lease
+            assert sorted(m.id for m in again) == ["m1", "m2"]
+
+    run(scenario())
+
+
+def test_task_cancel_of_a_waiting_pop_raises_cancelled_and_strands_nothing(
+        redis_server, prefix) -> None:
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("only")])
+            task = asyncio.create_task(q.pop(2, wait_ms=10_000))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert (await q.shard_sizes())["a"] == {"size": 1, "uacked": 0}
+
+    run(scenario())
+
+
+def test_many_waiting_pops_share_one_pool_without_blocking_the_loop(redis_server, prefix) -> None:
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            beat = asyncio.create_task(ticker())
+            waiters = [asyncio.create_task(q.pop(1, wait_ms=8_000)) for _ in range(50)]
+            await asyncio.sleep(0.5)
+            assert ticks >= 10  # 50 waiting pops leave the loop free (~50 ticks expected)
+            await q.push([Message(f"m{i}") for i in range(50)])
+            got = await asyncio.wait_for(asyncio.gather(*waiters), timeout=10)
+            beat.cancel()
+            ids = [m.id for batch in got for m in batch]
+            assert sorted(ids) == sorted(f"m{i}" for i in range(50))  # each exactly once
+
+    run(scenario())
+
+
+def test_close_while_pops_wait_returns_them_and_acks_still_work(redis_server, prefix) -> None:
+    async def scenario() -> None:
+        queues = RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                      unack_handler_interval_ms=0)
+        q = queues.get(unique())
+        await q.push([Message("in-hand")])
+        (held,) = await q.pop(1)
+        waiters = [asyncio.create_task(q.pop(1, wait_ms=10_000)) for _ in range(3)]
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await q.close()
+        assert await asyncio.wait_for(asyncio.gather(*waiters), timeout=3) == [[], [], []]
+        assert time.monotonic() - started < 2.0
+        with pytest.raises(QueueClosedError):
+            await q.pop(1)
+        assert await q.ack(held.id)  # the message in hand is acked, not redelivered
+        await queues.aclose()
+        with pytest.raises(QueueClosedError):
+            await q.ack("any")
+
+    run(scenario())
+
+
+def test_the_reprocessor_task_survives_redis_errors(redis_server, prefix, caplog) -> None:
+    client = redis_server.client()
+
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=30,
+                                        unack_timeout_ms=30) as queues:
+            broken = queues.get("broken")
+            client.set(broken.keys.unack_shard("a"), "not a zset")  # every pass of it fails
+            good = queues.get("good")
+            await good.push([Message("m")])
+            assert [m.id for m in await good.pop(1)] == ["m"]
+            deadline = time.monotonic() + 5
+            while await good.size() != 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert await good.size() == 1  # put back by the task despite the broken queue
+
+    run(scenario())
+    assert "unack processing failed for queue broken" in caplog.text
+
+
+def test_sync_and_async_clients_share_a_queue(redis_server, prefix) -> None:
+    name = unique()
+    with SyncRedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                  unack_handler_interval_ms=0) as sync_queues:
+        sync_q = sync_queues.get(name)
+        sync_q.push([Message("from-sync", "s", priority=3)])
+
+        async def scenario() -> None:
+            async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                            unack_handler_interval_ms=0) as queues:
+                q = queues.get(name)
+                (m,) = await q.pop(1)
+                assert (m.id, m.payload, m.priority) == ("from-sync", "s", 3)
+                assert await q.ack(m.id)
+                await q.push([Message("from-async", "a")])
+
+        run(scenario())
+        assert [m.id for m in sync_q.pop(1)] == ["from-async"]
+
+
+def test_a_sync_client_is_refused(redis_server, prefix) -> None:
+    client = redis.Redis(port=redis_server.port)
+    with pytest.raises(ConfigurationError, match=r"redis\.asyncio"):
+        RedisQueues(client, client, key_prefix=prefix, shard_supplier=SingleShardSupplier("a"))
+    client.close()
+
+
+def test_ping_checks_every_connection(redis_server, prefix) -> None:
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            times = await queues.ping()
+            assert set(times) == {"quorum", "non_quorum", "doorbell"}
+            assert all(0 <= ms < 5_000 for ms in times.values())
+
+    run(scenario())
+
+
+def test_the_factory_hands_out_asyncio_queues(redis_server, prefix) -> None:
+    async def scenario() -> None:
+        queues = RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                      shard_supplier=StaticShardSupplier(["a", "b"], "b"),
+                                      unack_handler_interval_ms=0)
+        q = queues.get("x")
+        assert isinstance(q, DynoQueue) and queues.get("x") is q
+        assert (q.shards, q.local_shard) == (["a", "b"], "b")
+        assert asyncio.iscoroutinefunction(q.pop) and "lease" in (q.pop.__doc__ or "")
+        await queues.aclose()
+        await queues.aclose()  # idempotent
+
+    run(scenario())
