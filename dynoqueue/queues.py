@@ -58,13 +58,13 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     queue_class = DynoQueue
     cluster_class = RedisCluster
+    driver_class = SyncDriver
     _driver: SyncDriver
 
     def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
                  shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
         super().__init__(quorum_conn, non_quorum_conn, key_prefix=key_prefix,
                          shard_supplier=shard_supplier, **options)
-        self._driver = SyncDriver(quorum_conn, non_quorum_conn)
         self._stop = threading.Event()
         self._reprocessor: threading.Thread | None = None
         if self.unack_handler_interval_ms > 0:

@@ -13,15 +13,13 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Unpack
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
 from ..connect import builders
 from ..core.factory import QueuesBase
 from ..io.aio import AsyncDriver
-from ..model.settings import QueueOptions
-from ..model.sharding import ShardSupplier
 from ..queues import RedisQueues as SyncRedisQueues
 from .queue import DynoQueue
 
@@ -43,14 +41,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
     queue_class = DynoQueue
     cluster_class = RedisCluster
     asynchronous = True
+    driver_class = AsyncDriver
     _driver: AsyncDriver
-
-    def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
-                 shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
-        super().__init__(quorum_conn, non_quorum_conn, key_prefix=key_prefix,
-                         shard_supplier=shard_supplier, **options)
-        self._driver = AsyncDriver(quorum_conn, non_quorum_conn)
-        self._reprocessor: asyncio.Task[None] | None = None
+    _reprocessor: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(cls, url: str, *, zones: Sequence[str] | None = None,

@@ -71,6 +71,8 @@ class QueuesBase(Generic[Q]):
     asynchronous: bool = False
     #: The Redis Cluster client class of this API (RedisCluster or its asyncio twin).
     cluster_class: type
+    #: The driver class of this API, made with (quorum client, read client).
+    driver_class: Callable[[Any, Any], Any]
 
     def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
                  shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
@@ -96,6 +98,7 @@ class QueuesBase(Generic[Q]):
         self.non_quorum_conn = non_quorum_conn
         balancing = getattr(non_quorum_conn, "load_balancing_strategy", None)
         self._replica_reads = isinstance(non_quorum_conn, self.cluster_class) and bool(balancing)
+        self._driver = self.driver_class(quorum_conn, non_quorum_conn)
         self._owned: list[Any] = []
         self._queues: dict[str, Q] = {}
         self._lock = threading.Lock()

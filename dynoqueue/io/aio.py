@@ -19,21 +19,9 @@ import redis.asyncio
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..core import doorbell as bell
+from ..core import requests as rq
 from ..core.queue import QueueCore
-from ..core.requests import (
-    QUORUM,
-    BellState,
-    Cancelled,
-    Command,
-    Op,
-    Pipeline,
-    RefreshSlots,
-    Scan,
-    Sleep,
-    Step,
-    Ticket,
-    WaitBell,
-)
+from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
 
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
@@ -48,62 +36,56 @@ class AsyncDriver:
     """
 
     def __init__(self, quorum: Any, read: Any) -> None:
-        self._clients = {QUORUM: quorum, "read": read}
-        self._bells: dict[QueueCore, TaskDoorbell] = {}
+        self._clients = {rq.QUORUM: quorum, "read": read}
+        self._bells = Doorbells(TaskDoorbell, quorum)
         self._node_clients: dict[str, Any] = {}  # Cluster primary name -> its own client
         self._handlers: dict[type, Handler] = {
-            Command: self._command, Pipeline: self._pipeline, Scan: self._scan,
-            RefreshSlots: self._refresh, Sleep: lambda r: asyncio.sleep(r.seconds),
-            Ticket: self._ticket, WaitBell: self._wait_bell,
+            rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
+            rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: asyncio.sleep(r.seconds),
+            rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
-    async def run(self, op: Op[T]) -> T:
+    async def run(self, op: rq.Op[T]) -> T:
         """Run one operation to its end and return its result (or raise its error)."""
-        step = Step(op)
+        step = rq.Step(op)
         try:
             while step.pending:
                 step.send(*(await self._outcome(step.request)))
-        except Cancelled:
+        except rq.Cancelled:
             raise asyncio.CancelledError from None
         return step.result  # type: ignore[no-any-return]
 
     async def _outcome(self, request: Any) -> tuple[Any, BaseException | None]:
         handler = self._handlers[type(request)]
-        if type(request) in (Command, Pipeline) and request.role == QUORUM:
+        if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
             task = asyncio.ensure_future(handler(request))
             try:
                 return await asyncio.shield(task), None
             except asyncio.CancelledError:
                 with contextlib.suppress(Exception):
-                    return None, Cancelled(await task)
-                return None, Cancelled()
+                    return None, rq.Cancelled(await task)
+                return None, rq.Cancelled()
             except Exception as exc:
                 return None, exc
         try:
             return await handler(request), None
         except asyncio.CancelledError:
-            return None, Cancelled()
+            return None, rq.Cancelled()
         except Exception as exc:  # handed to the operation, which decides
             return None, exc
 
-    async def _command(self, request: Command) -> Any:
+    async def _command(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
-            node = client.nodes_manager.get_node_from_slot(
-                client.keyslot(request.replica_of),
-                load_balancing_strategy=client.load_balancing_strategy)
-            return await node.execute_command(*request.args)
+            return await replica_node(client, request.replica_of).execute_command(*request.args)
         return await client.execute_command(*request.args)
 
-    async def _pipeline(self, request: Pipeline) -> list[Any]:
+    async def _pipeline(self, request: rq.Pipeline) -> list[Any]:
         client = self._clients[request.role]
         if request.owner_of is not None:
             client = self._node_client(client.get_node_from_key(request.owner_of))
-        pipe = client.pipeline(transaction=False)
-        for args in request.commands:
-            pipe.execute_command(*args)
-        return list(await pipe.execute())
+        return list(await filled_pipeline(client, request.commands).execute())
 
     def _node_client(self, node: Any) -> Any:
         """A plain client of one Cluster node, so a pipeline and its WAIT reach that node."""
@@ -114,40 +96,36 @@ class AsyncDriver:
             client = self._node_clients[node.name] = redis.asyncio.Redis(connection_pool=pool)
         return client
 
-    async def _scan(self, request: Scan) -> list[tuple[Any, Any]]:
+    async def _scan(self, request: rq.Scan) -> list[tuple[Any, Any]]:
         client = self._clients[request.role]
         return [pair async for pair in client.hscan_iter(request.key, count=request.count)]
 
-    async def _refresh(self, request: RefreshSlots) -> None:
-        manager = getattr(self._clients[request.role], "nodes_manager", None)
+    async def _refresh(self, request: rq.RefreshSlots) -> None:
+        manager = slot_map(self._clients[request.role])
         if manager is not None:  # a Cluster client
             with contextlib.suppress(RedisError, RedisClusterException):
                 await manager.initialize()
 
-    async def _ticket(self, request: Ticket) -> BellState:
+    async def _ticket(self, request: rq.Ticket) -> rq.BellState:
         doorbell = await self.doorbell(request.bell)
-        return BellState(doorbell.rings.ticket(request.channels), doorbell.rings.listening,
+        return rq.BellState(doorbell.rings.ticket(request.channels), doorbell.rings.listening,
                          doorbell.enabled)
 
-    async def _wait_bell(self, request: WaitBell) -> bool:
+    async def _wait_bell(self, request: rq.WaitBell) -> bool:
         doorbell = await self.doorbell(request.bell)
         return await doorbell.wait(request.channels, request.ticket, request.timeout_s)
 
     async def doorbell(self, core: QueueCore) -> TaskDoorbell:
-        """The doorbell of ``core``'s queue, started (and subscribed) on first use."""
+        """The doorbell of ``core``'s queue; subscribed before the first claim, or a ring in
+        between would be missed."""
         doorbell = self._bells.get(core)
-        if doorbell is None:
-            doorbell = TaskDoorbell(self._clients[QUORUM], core.bell_channels,
-                                    core.settings.doorbell)
-            self._bells[core] = doorbell
         if doorbell.enabled:
-            # Subscribe before the first claim, or a ring in between would be missed.
             await doorbell.wait_until_listening(timeout_s=2.0)
         return doorbell
 
     async def close_doorbell(self, core: QueueCore) -> None:
         """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
-        doorbell = self._bells.pop(core, None)
+        doorbell = self._bells.pop(core)
         if doorbell is not None:
             await doorbell.close()
 
@@ -159,14 +137,12 @@ class AsyncDriver:
                 await client.aclose()
 
 
-class TaskDoorbell:
+class TaskDoorbell(DoorbellBase):
     """A pub/sub listener task over a fixed set of channels (see :class:`ThreadDoorbell` in
     :mod:`dynoqueue.io.sync` for the contract); created inside the running event loop."""
 
     def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.rings = bell.Rings(channels)
-        self._conn = conn
+        super().__init__(conn, channels, enabled)
         self._changed = asyncio.Condition()
         self._closed = asyncio.Event()
         self._handlers: dict[type, Handler] = {
@@ -205,7 +181,7 @@ class TaskDoorbell:
                 await asyncio.wait_for(self._task, 5)
 
     async def _run(self, channels: Sequence[str]) -> None:
-        step = Step(bell.listen(channels, self._closed.is_set))
+        step = rq.Step(bell.listen(channels, self._closed.is_set))
         while step.pending:
             try:
                 step.send(await self._handlers[type(step.request)](step.request))

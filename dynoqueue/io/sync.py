@@ -16,20 +16,9 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..core import doorbell as bell
+from ..core import requests as rq
 from ..core.queue import QueueCore
-from ..core.requests import (
-    QUORUM,
-    BellState,
-    Command,
-    Op,
-    Pipeline,
-    RefreshSlots,
-    Scan,
-    Sleep,
-    Step,
-    Ticket,
-    WaitBell,
-)
+from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
 
 T = TypeVar("T")
 
@@ -42,18 +31,17 @@ class SyncDriver:
     """
 
     def __init__(self, quorum: Any, read: Any) -> None:
-        self._clients = {QUORUM: quorum, "read": read}
-        self._bells: dict[QueueCore, ThreadDoorbell] = {}
-        self._bells_lock = threading.Lock()
+        self._clients = {rq.QUORUM: quorum, "read": read}
+        self._bells = Doorbells(ThreadDoorbell, quorum)
         self._handlers: dict[type, Callable[[Any], Any]] = {
-            Command: self._command, Pipeline: self._pipeline, Scan: self._scan,
-            RefreshSlots: self._refresh, Sleep: lambda r: time.sleep(r.seconds),
-            Ticket: self._ticket, WaitBell: self._wait_bell,
+            rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
+            rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: time.sleep(r.seconds),
+            rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
-    def run(self, op: Op[T]) -> T:
+    def run(self, op: rq.Op[T]) -> T:
         """Run one operation to its end and return its result (or raise its error)."""
-        step = Step(op)
+        step = rq.Step(op)
         while step.pending:
             step.send(*self._outcome(step.request))
         return step.result  # type: ignore[no-any-return]
@@ -64,64 +52,52 @@ class SyncDriver:
         except Exception as exc:  # handed to the operation, which decides
             return None, exc
 
-    def _command(self, request: Command) -> Any:
+    def _command(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
-            node = client.nodes_manager.get_node_from_slot(
-                client.keyslot(request.replica_of),
-                load_balancing_strategy=client.load_balancing_strategy)
-            client = client.get_redis_connection(node)
+            client = client.get_redis_connection(replica_node(client, request.replica_of))
         return client.execute_command(*request.args)
 
-    def _pipeline(self, request: Pipeline) -> list[Any]:
+    def _pipeline(self, request: rq.Pipeline) -> list[Any]:
         client = self._clients[request.role]
         if request.owner_of is not None:
             client = client.get_redis_connection(client.get_node_from_key(request.owner_of))
-        pipe = client.pipeline(transaction=False)
-        for args in request.commands:
-            pipe.execute_command(*args)
-        return list(pipe.execute())
+        return list(filled_pipeline(client, request.commands).execute())
 
-    def _scan(self, request: Scan) -> list[tuple[Any, Any]]:
+    def _scan(self, request: rq.Scan) -> list[tuple[Any, Any]]:
         return list(self._clients[request.role].hscan_iter(request.key, count=request.count))
 
-    def _refresh(self, request: RefreshSlots) -> None:
-        manager = getattr(self._clients[request.role], "nodes_manager", None)
+    def _refresh(self, request: rq.RefreshSlots) -> None:
+        manager = slot_map(self._clients[request.role])
         if manager is not None:  # a Cluster client
             with contextlib.suppress(RedisError, RedisClusterException):
                 manager.initialize()
 
-    def _ticket(self, request: Ticket) -> BellState:
+    def _ticket(self, request: rq.Ticket) -> rq.BellState:
         doorbell = self.doorbell(request.bell)
-        return BellState(doorbell.ticket(request.channels), doorbell.rings.listening,
+        return rq.BellState(doorbell.ticket(request.channels), doorbell.rings.listening,
                          doorbell.enabled)
 
-    def _wait_bell(self, request: WaitBell) -> bool:
+    def _wait_bell(self, request: rq.WaitBell) -> bool:
         return self.doorbell(request.bell).wait(request.channels, request.ticket,
                                                 request.timeout_s)
 
     def doorbell(self, core: QueueCore) -> ThreadDoorbell:
-        """The doorbell of ``core``'s queue, started (and subscribed) on first use."""
-        with self._bells_lock:
-            doorbell = self._bells.get(core)
-            if doorbell is None:
-                doorbell = ThreadDoorbell(self._clients[QUORUM], core.bell_channels,
-                                          core.settings.doorbell)
-                self._bells[core] = doorbell
+        """The doorbell of ``core``'s queue; subscribed before the first claim, or a ring in
+        between would be missed."""
+        doorbell = self._bells.get(core)
         if doorbell.enabled:
-            # Subscribe before the first claim, or a ring in between would be missed.
             doorbell.wait_until_listening(timeout_s=2.0)
         return doorbell
 
     def close_doorbell(self, core: QueueCore) -> None:
         """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
-        with self._bells_lock:
-            doorbell = self._bells.pop(core, None)
+        doorbell = self._bells.pop(core)
         if doorbell is not None:
             doorbell.close()
 
 
-class ThreadDoorbell:
+class ThreadDoorbell(DoorbellBase):
     """A pub/sub listener thread over a fixed set of channels.
 
     Args:
@@ -133,9 +109,7 @@ class ThreadDoorbell:
     """
 
     def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.rings = bell.Rings(channels)
-        self._conn = conn
+        super().__init__(conn, channels, enabled)
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._handlers: dict[type, Callable[[Any], Any]] = {
@@ -178,7 +152,7 @@ class ThreadDoorbell:
             self._thread.join(timeout=5)
 
     def _run(self, channels: Sequence[str]) -> None:
-        step = Step(bell.listen(channels, self._closed.is_set))
+        step = rq.Step(bell.listen(channels, self._closed.is_set))
         while step.pending:
             try:
                 step.send(self._handlers[type(step.request)](step.request))

@@ -1,0 +1,67 @@
+"""What both drivers share that is not I/O: picking a Cluster node, filling a pipeline,
+finding a client's slot map, and the registry of doorbells. Nothing here sends a command."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from ..core import doorbell as bell
+from ..core.queue import QueueCore
+
+B = TypeVar("B")
+
+
+def replica_node(cluster: Any, key: str) -> Any:
+    """A node serving ``key``'s slot, picked by the Cluster client's replica strategy."""
+    return cluster.nodes_manager.get_node_from_slot(
+        cluster.keyslot(key), load_balancing_strategy=cluster.load_balancing_strategy)
+
+
+def filled_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> Any:
+    """A non-transactional pipeline of ``client`` holding ``commands``, not yet sent."""
+    pipe = client.pipeline(transaction=False)
+    for args in commands:
+        pipe.execute_command(*args)
+    return pipe
+
+
+def slot_map(client: Any) -> Any:
+    """The nodes manager of a Cluster client (whose ``initialize`` re-reads the slot map), or
+    None for a standalone client."""
+    return getattr(client, "nodes_manager", None)
+
+
+class Doorbells(Generic[B]):
+    """One doorbell per queue, made on first use by ``make(conn, channels, enabled)``."""
+
+    def __init__(self, make: Callable[[Any, list[str], bool], B], conn: Any) -> None:
+        self._make = make
+        self._conn = conn
+        self._bells: dict[QueueCore, B] = {}
+        self._lock = threading.Lock()
+
+    def get(self, core: QueueCore) -> B:
+        """The doorbell of ``core``'s queue (not yet subscribed, when new)."""
+        with self._lock:
+            bell = self._bells.get(core)
+            if bell is None:
+                bell = self._bells[core] = self._make(self._conn, core.bell_channels,
+                                                      core.settings.doorbell)
+            return bell
+
+    def pop(self, core: QueueCore) -> B | None:
+        """Forget ``core``'s doorbell and return it (None if it had none), to be closed."""
+        with self._lock:
+            return self._bells.pop(core, None)
+
+
+class DoorbellBase:
+    """What a doorbell of either API holds: the client it subscribes through, its ring counts,
+    and whether it is enabled (False for servers without pub/sub: waiting pops only poll)."""
+
+    def __init__(self, conn: Any, channels: Sequence[str], enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.rings = bell.Rings(channels)
+        self._conn = conn
