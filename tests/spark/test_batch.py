@@ -10,8 +10,8 @@ import pytest
 
 from dynoqueue import Message
 from dynoqueue.errors import ConfigurationError
+from dynoqueue.spark.batch_write import DynoQueueWriter, PartitionWritten, WriteColumns
 from dynoqueue.spark.options import SourceOptions
-from dynoqueue.spark.source import DynoQueueWriter, PartitionWritten, WriteColumns
 
 from .conftest import queue_totals
 
