@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ..errors import InvalidMessageError
 from ..message import Message, as_text
 from .options import SourceOptions, connected
+from .redis_errors import redis_errors
 from .rows import UNACKED, WAITING, timestamp
 
 log = logging.getLogger("dynoqueue.spark")
@@ -60,6 +61,9 @@ class DynoQueueReader(DataSourceReader):
 
         Returns:
             The partitions (empty for an empty queue).
+
+        Raises:
+            RedisOperationError: Redis failed (the read fails before any task runs).
         """
         with connected(self.options) as queues:
             queue = queues.get(self.options.queue)
@@ -70,7 +74,8 @@ class DynoQueueReader(DataSourceReader):
             pipe = queues.non_quorum_conn.pipeline(transaction=False)
             for _, _, key in plan:
                 pipe.zcard(key)
-            sizes = [int(n) for n in pipe.execute()]
+            with redis_errors("spark_read_partitions", plan[0][2], self.options):
+                sizes = [int(n) for n in pipe.execute()]
         step = self.options.split_size
         return [ZsetRange(shard, state, key, lo, min(lo + step, size) - 1)
                 for (shard, state, key), size in zip(plan, sizes, strict=True)
@@ -82,16 +87,22 @@ class DynoQueueReader(DataSourceReader):
         Yields:
             Rows in :data:`~dynoqueue.spark.source.COLUMNS` order. An id whose payload is gone
             (stale) has null payload, priority and timeout.
+
+        Raises:
+            RedisOperationError: Redis failed (Spark retries the task).
         """
         if not isinstance(partition, ZsetRange):  # Spark's placeholder for "no partitions"
             return
         with connected(self.options) as queues:
             conn = queues.non_quorum_conn
             message_hash = queues.get(self.options.queue).keys.message_hash
-            scored = conn.zrange(partition.key, partition.start, partition.stop, withscores=True)
+            with redis_errors("spark_read", partition.key, self.options):
+                scored = conn.zrange(partition.key, partition.start, partition.stop,
+                                     withscores=True)
             for i in range(0, len(scored), _HMGET_CHUNK):
                 chunk = scored[i:i + _HMGET_CHUNK]
-                raws = conn.hmget(message_hash, [member for member, _ in chunk])
+                with redis_errors("spark_read", message_hash, self.options):
+                    raws = conn.hmget(message_hash, [member for member, _ in chunk])
                 for (member, score), raw in zip(chunk, raws, strict=True):
                     yield self._row(partition, as_text(member), float(score), raw)
 

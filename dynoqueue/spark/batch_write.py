@@ -28,6 +28,7 @@ from ..errors import ConfigurationError, InvalidMessageError
 from ..message import Message
 from ..queues import RedisQueues
 from .options import SourceOptions, connected
+from .redis_errors import redis_errors
 
 log = logging.getLogger("dynoqueue.spark")
 
@@ -159,7 +160,7 @@ def push_rows(options: SourceOptions, columns: WriteColumns,
             if not pending:
                 return
             if columns.due >= 0:
-                now = _server_ms(queues)
+                now = _server_ms(queues, queue.keys.message_hash, options)
                 for message, due_ms in pending:
                     if due_ms is not None:  # never due before the row's due time
                         message.timeout = max(0, math.ceil(due_ms - now))
@@ -201,8 +202,10 @@ def push_rows(options: SourceOptions, columns: WriteColumns,
     return PartitionWritten(partition, attempt, pushed, pushes)
 
 
-def _server_ms(queues: RedisQueues) -> int:
-    seconds, micros = queues.quorum_conn.time()
+def _server_ms(queues: RedisQueues, key: str, options: SourceOptions) -> int:
+    """The Redis server's clock (TIME), epoch ms; ``key`` names the queue in an error."""
+    with redis_errors("spark_write", key, options):
+        seconds, micros = queues.quorum_conn.time()
     return int(seconds) * 1000 + int(micros) // 1000
 
 

@@ -40,13 +40,14 @@ from pyspark.sql.datasource import (
 )
 
 from ..clock import system_clock_ms
-from ..errors import ConfigurationError, DynoQueueError
+from ..errors import ConfigurationError, RedisOperationError
 from ..keys import StreamKeys
 from ..message import Message, as_text
 from ..queue import DynoQueue
 from ..queues import RedisQueues
 from .batch_write import PartitionWritten, WriteColumns, push_rows, summary
 from .options import SourceOptions, connected, open_queues
+from .redis_errors import redis_errors
 from .rows import UNACKED, timestamp
 
 log = logging.getLogger("dynoqueue.spark")
@@ -75,9 +76,10 @@ class DynoQueueStreamReader(DataSourceStreamReader):
     recorded. See the module docstring for the protocol. Give every concurrently running query
     on a queue its own ``consumerName``; a query restarted from its checkpoint must keep it.
 
-    Rows: the :data:`SCHEMA` columns with state ``"unacked"``, ``claimed_at`` (driver time
-    just after the claim, so never before the server's claim time) and ``lease_expiry`` (driver
-    time just before the claim plus ``leaseMs``: the lease holds at least until then).
+    Rows: the :data:`~dynoqueue.spark.source.SCHEMA` columns with state ``"unacked"``,
+    ``claimed_at`` (driver time just after the claim, so never before the server's claim time)
+    and ``lease_expiry`` (driver time just before the claim plus ``leaseMs``: the lease holds at
+    least until then).
     """
 
     def __init__(self, options: SourceOptions) -> None:
@@ -112,13 +114,18 @@ class DynoQueueStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: just before the oldest recorded, unacked batch (so a
-        query started afresh with the same consumer name replays it), else after the last."""
+        query started afresh with the same consumer name replays it), else after the last.
+
+        Raises:
+            RedisOperationError: Redis failed.
+        """
         conn = self._open().quorum_conn
-        oldest = conn.zrange(self.keys.pending, 0, 0)
-        if oldest:
-            start = int(as_text(oldest[0])) - 1
-        else:
-            start = int(conn.get(self.keys.last) or 0)
+        with redis_errors("spark_stream_initial_offset", self.keys.pending, self.options):
+            oldest = conn.zrange(self.keys.pending, 0, 0)
+            if oldest:
+                start = int(as_text(oldest[0])) - 1
+            else:
+                start = int(conn.get(self.keys.last) or 0)
         self._current = start
         return self._offset(start)
 
@@ -151,8 +158,10 @@ class DynoQueueStreamReader(DataSourceStreamReader):
             begin = self._batch_of(start)
             self._ack_through(begin)
         number = begin + 1
-        conn = queues.quorum_conn
-        if conn.exists(self.keys.batch(number)):  # recorded, never run: replay it
+        key = self.keys.batch(number)
+        with redis_errors("spark_stream_latest_offset", key, self.options):
+            recorded = queues.quorum_conn.exists(key)
+        if recorded:  # recorded, never run: replay it
             self._current = number
             return self._offset(number)
         self._sweep()
@@ -171,6 +180,10 @@ class DynoQueueStreamReader(DataSourceStreamReader):
 
         A batch whose record is gone was acked after Spark committed it (a checkpoint older
         than the queue's state): it is skipped with a warning; its messages were delivered.
+
+        Raises:
+            ConfigurationError: an offset belongs to another queue or consumer.
+            RedisOperationError: Redis failed.
         """
         first, last = self._batch_of(start) + 1, self._batch_of(end)
         conn = self._open().quorum_conn
@@ -178,7 +191,8 @@ class DynoQueueStreamReader(DataSourceStreamReader):
         out: list[RecordedSlice] = []
         for number in range(first, last + 1):
             key = self.keys.batch(number)
-            size = int(conn.llen(key))
+            with redis_errors("spark_stream_partitions", key, self.options):
+                size = int(conn.llen(key))
             if size == 0:
                 log.warning("dynoqueue stream %s: recorded batch %d is gone (already acked); "
                             "skipping it", self.options.describe(), number)
@@ -191,11 +205,15 @@ class DynoQueueStreamReader(DataSourceStreamReader):
         """Executor side: read a slice of a recorded batch (never the live queue).
 
         Yields:
-            Rows in :data:`COLUMNS` order.
+            Rows in :data:`~dynoqueue.spark.source.COLUMNS` order.
+
+        Raises:
+            RedisOperationError: Redis failed (Spark retries the task).
         """
         if not isinstance(partition, RecordedSlice):
             return
-        with connected(self.options) as queues:
+        with (connected(self.options) as queues,
+              redis_errors("spark_stream_read", partition.key, self.options)):
             raws = queues.quorum_conn.lrange(partition.key, partition.start, partition.stop)
         for raw in raws:
             doc = orjson.loads(raw)
@@ -204,7 +222,13 @@ class DynoQueueStreamReader(DataSourceStreamReader):
                    timestamp(doc["claimed_at"]), partition.batch)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed every batch up to ``end``: ack their messages, drop their records."""
+        """Spark committed every batch up to ``end``: ack their messages, drop their records.
+
+        Raises:
+            ConfigurationError: ``end`` belongs to another queue or consumer.
+            RedisOperationError, QuorumNotReachedError: Redis failed (a later commit or
+                ``latestOffset`` acks the batches again).
+        """
         self._ack_through(self._batch_of(end))
 
     def stop(self) -> None:
@@ -228,7 +252,9 @@ class DynoQueueStreamReader(DataSourceStreamReader):
         return self._open().get(self.options.queue)
 
     def _last_recorded(self) -> int:
-        return int(self._open().quorum_conn.get(self.keys.last) or 0)
+        conn = self._open().quorum_conn
+        with redis_errors("spark_stream_latest_offset", self.keys.last, self.options):
+            return int(conn.get(self.keys.last) or 0)
 
     def _wanted(self, limit: Any) -> int | None:
         if limit is None:  # Spark 4.0/4.1: no admission control
@@ -259,52 +285,81 @@ class DynoQueueStreamReader(DataSourceStreamReader):
                               "lease_expiry": lease_expiry}) for m in messages]
         key = self.keys.batch(number)
         conn = self._open().quorum_conn
-        last = int(conn.get(self.keys.last) or 0)
-        pipe = conn.pipeline(transaction=True)  # one slot ({Q}): atomic on Cluster too
-        pipe.delete(key)
-        for i in range(0, len(docs), _RPUSH_CHUNK):
-            pipe.rpush(key, *docs[i:i + _RPUSH_CHUNK])
-        pipe.zadd(self.keys.pending, {str(number): number})
-        pipe.set(self.keys.last, max(last, number))
-        pipe.execute()
+        with redis_errors("spark_stream_record", key, self.options):
+            last = int(conn.get(self.keys.last) or 0)
+            pipe = conn.pipeline(transaction=True)  # one slot ({Q}): atomic on Cluster too
+            pipe.delete(key)
+            for i in range(0, len(docs), _RPUSH_CHUNK):
+                pipe.rpush(key, *docs[i:i + _RPUSH_CHUNK])
+            pipe.zadd(self.keys.pending, {str(number): number})
+            pipe.set(self.keys.last, max(last, number))
+            pipe.execute()
 
     def _ack_through(self, through: int) -> None:
         conn = self._open().quorum_conn
-        done = [int(as_text(n)) for n in conn.zrangebyscore(self.keys.pending, "-inf", through)]
-        for number in done:
+        with redis_errors("spark_stream_ack", self.keys.pending, self.options):
+            pending = conn.zrangebyscore(self.keys.pending, "-inf", through)
+        for number in [int(as_text(n)) for n in pending]:
             key = self.keys.batch(number)
-            ids = [orjson.loads(raw)["id"] for raw in conn.lrange(key, 0, -1)]
+            with redis_errors("spark_stream_ack", key, self.options):
+                raws = conn.lrange(key, 0, -1)
+            ids = [orjson.loads(raw)["id"] for raw in raws]
             acked = self._queue().ack_many(ids) if ids else 0
-            pipe = conn.pipeline(transaction=True)
-            pipe.zrem(self.keys.pending, str(number))
-            pipe.delete(key)
-            pipe.execute()
+            with redis_errors("spark_stream_ack", key, self.options):
+                pipe = conn.pipeline(transaction=True)
+                pipe.zrem(self.keys.pending, str(number))
+                pipe.delete(key)
+                pipe.execute()
             if acked < len(ids):  # leases that ran out: those messages come again later
                 log.warning("dynoqueue stream %s: batch %d acked %d of %d (the rest outlived "
                             "their lease and will be delivered again)",
                             self.options.describe(), number, acked, len(ids))
 
     def _sweep(self) -> None:
-        """Put back expired leases of every shard (at most once a second)."""
+        """Put back expired leases of every shard, at most once a second; never fails a trigger.
+
+        A Redis failure is logged and ends this sweep (every sweeper writes to the same
+        primary, so the other shards would only fail alike, each after its retries); the next
+        trigger at least a second later tries again. Until then expired leases wait: their
+        messages come late, never get lost. Other errors (configuration) propagate.
+        """
         if not self.options.process_unacks:
             return
         now = time.monotonic()
         if now - self._last_sweep < _SWEEP_INTERVAL_S:
             return
         self._last_sweep = now
+        shard = "?"  # not known yet while the factories are being built
+        try:
+            for sweeper in self._sweeper_factories():
+                shard = sweeper.local_shard
+                queue = sweeper.get(self.options.queue)
+                with redis_errors("process_unacks", queue.keys.unack_shard(shard),
+                                  self.options):
+                    queue.process_unacks()
+        except RedisOperationError as exc:
+            log.warning("dynoqueue stream %s: putting back expired leases of shard %s failed, "
+                        "the next trigger tries again: %s", self.options.describe(), shard, exc)
+
+    def _sweeper_factories(self) -> list[RedisQueues]:
+        """One factory per zone (built on first use, closed by :meth:`stop`).
+
+        process_unacks acts on a factory's local shard, and a Spark consumer's leases live in
+        every shard: one factory per zone, built like the others (so a clock or Dynomite
+        profile of the builder applies), or the one factory of a 1-shard queue.
+        """
         if not self._sweepers:
-            # process_unacks acts on a factory's local shard, and a Spark consumer's leases
-            # live in every shard: one factory per zone (built like the others, so a clock or
-            # Dynomite profile of the builder applies), or the one factory of a 1-shard queue.
-            zones = self.options.zones or ()
-            self._sweepers = [open_queues(self.options, unack_timeout_ms=self.options.lease_ms,
-                                          local_zone=zone) for zone in zones] or [self._open()]
-        for sweeper in self._sweepers:
+            built: list[RedisQueues] = []
             try:
-                sweeper.get(self.options.queue).process_unacks()
-            except DynoQueueError as exc:  # a later trigger tries again
-                log.warning("dynoqueue stream %s: unack processing of shard %s failed: %s",
-                            self.options.describe(), sweeper.local_shard, exc)
+                for zone in self.options.zones or ():
+                    built.append(open_queues(self.options, unack_timeout_ms=self.options.lease_ms,
+                                             local_zone=zone))
+            except BaseException:  # e.g. a Cluster that cannot be reached: close what was built
+                for queues in built:
+                    queues.close()
+                raise
+            self._sweepers = built or [self._open()]
+        return self._sweepers
 
 
 class DynoQueueStreamWriter(DataSourceStreamWriter):
