@@ -2,8 +2,8 @@
 
 Register it once per session, then use it like any Spark format (options: ``docs/spark.md``)::
 
-    from dynoqueue.spark.source import register
-    register(spark)
+    from dynoqueue.spark import register
+    register(spark)  # optional when Spark finds the format itself (check_format)
     df.write.format("dynoqueue").option("url", url).option("queue", "q").mode("append").save()
     snapshot = spark.read.format("dynoqueue").option("url", url).option("queue", "q").load()
     due = spark.readStream.format("dynoqueue").option("url", url).option("queue", "q").load()
@@ -24,6 +24,9 @@ Spark pickles these classes by reference, so they all live at module top level.
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import sys
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -58,6 +61,7 @@ __all__ = [
     "StreamKeys",
     "WriteColumns",
     "ZsetRange",
+    "check_format",
     "push_rows",
     "register",
     "require_pyarrow",
@@ -89,14 +93,84 @@ def require_pyarrow() -> None:
         )
 
 
-def register(spark: Any) -> None:
+def register(spark: Any, *, check: bool = True) -> None:
     """Register the ``dynoqueue`` format with a SparkSession (``spark.dataSource.register``).
 
+    Needed when Spark does not find the format on its own (see :func:`check_format`).
+
+    Args:
+        spark: the ``pyspark.sql.SparkSession``.
+        check: then run :func:`check_format` (default), so workers that cannot import
+            dynoqueue fail here, with advice, rather than at the first ``load()``; the
+            workers' start-up (a few seconds) is paid here instead of there.
+
     Raises:
-        ConfigurationError: pyarrow is missing.
+        ConfigurationError: pyarrow is missing here, or (with ``check``) Spark's Python
+            workers cannot import dynoqueue or pyarrow.
     """
     require_pyarrow()
     spark.dataSource.register(DynoQueueDataSource)
+    if check:
+        check_format(spark)
+
+
+#: Options of the probe :func:`check_format` loads: parsed, never connected to (``load()``
+#: only builds the data source and its schema; ``.invalid`` never resolves, RFC 2606).
+_PROBE_OPTIONS = {"url": "redis://format-check.invalid:6379/0", "queue": "format-check"}
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def check_format(spark: Any) -> None:
+    """Check that ``format("dynoqueue")`` works in a session, without contacting Redis.
+
+    Spark resolves a format in its Python workers: it finds ``dynoqueue`` when the workers'
+    interpreter has dynoqueue installed (the top-level module ``pyspark_dynoqueue``), or when
+    :func:`register` registered it; either way the workers then import dynoqueue and pyarrow.
+    They run ``$PYSPARK_PYTHON`` as it was when the session started, else ``python3`` from
+    ``PATH``: often not the interpreter that has dynoqueue (a venv's python run without
+    activating the venv). This loads a read with placeholder options, which makes a worker
+    build the data source and its schema, and turns Spark's failure into advice.
+
+    Args:
+        spark: the ``pyspark.sql.SparkSession``.
+
+    Raises:
+        ConfigurationError: Spark finds no format ``dynoqueue`` (DATA_SOURCE_NOT_FOUND), or
+            its Python workers cannot import dynoqueue, its dependencies or pyarrow; the
+            message names the workers' interpreter and what to do.
+    """
+    try:
+        spark.read.format(FORMAT).options(**_PROBE_OPTIONS).load()
+    except Exception as exc:  # Py4JJavaError, AnalysisException: matched by their text
+        text = str(exc)
+        here = sys.executable
+        workers = _worker_python(spark)
+        remedy = (f"set PYSPARK_PYTHON={here} before the session starts "
+                  "(dynoqueue.spark.local_session() does; a running session keeps its "
+                  f"workers), or pip install 'dynoqueue[spark]' into {workers}")
+        if "DATA_SOURCE_NOT_FOUND" in text and FORMAT in text:
+            raise ConfigurationError(
+                f"Spark finds no data source named {FORMAT!r} (DATA_SOURCE_NOT_FOUND): its "
+                f"Python workers run {workers}, this driver runs {here}. Call "
+                f"dynoqueue.spark.register(spark), and make sure the workers can import "
+                f"dynoqueue: {remedy}"
+            ) from exc
+        missing = _MISSING_MODULE.search(text)
+        if missing or "needs pyarrow" in text:
+            module = missing.group(1) if missing else "pyarrow"
+            raise ConfigurationError(
+                f"Spark's Python workers run {workers}, which cannot import {module!r} for "
+                f"the {FORMAT!r} format (this driver runs {here}): {remedy}"
+            ) from exc
+        raise
+
+
+def _worker_python(spark: Any) -> str:
+    """The interpreter Spark starts its Python workers with (as the session fixed it)."""
+    try:
+        return str(spark.sparkContext.pythonExec)
+    except Exception:  # Spark Connect sessions have no SparkContext here
+        return os.environ.get("PYSPARK_PYTHON", "python3")
 
 
 class DynoQueueDataSource(DataSource):
