@@ -20,7 +20,6 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -75,11 +74,9 @@ def _add_spark_demo(commands: Any) -> None:
 
 
 def _add_bench(commands: Any) -> None:
-    # The suite is a dev tool kept in benchmarks/ beside the package, not installed with it: an
-    # editable install (make bench) finds it next to the package directory.
-    root = Path(__file__).resolve().parent.parent
-    if (root / "benchmarks" / "__init__.py").is_file() and str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    # The suite is a dev tool kept in benchmarks/ beside the package, not installed with it.
+    # The Makefile's editable install (compat mode) puts the checkout on sys.path, so it is
+    # importable there; from a wheel it is not, and the subcommand says where to find it.
     try:
         # By name, so that type-checking the package does not wander into the suite.
         add_parser = importlib.import_module("benchmarks.cli").add_parser

@@ -12,7 +12,7 @@ module never imports them. URL forms: :mod:`dynoqueue.connect.urls`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from redis.cluster import LoadBalancingStrategy
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -21,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError, RedisOperationError
 from ..model.clock import system_clock_ms
+from ..model.settings import QueueOptions
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
 from .clients import ASYNC, SYNC, Flavor, RetryBudget
 from .urls import TLS_PARAMS, ParsedUrl, host_port, parse_url, redact_url, typed_options
@@ -31,6 +32,13 @@ SINGLE_SHARD = "a"
 DEFAULT_KEY_PREFIX = "dynoqueue"
 
 F = TypeVar("F")
+
+
+class BuildSettings(QueueOptions, total=False):
+    """The settings a builder passes on: the factory's (:class:`QueueOptions`) and, instead of
+    ``zones``/``local_zone``, a custom ``shard_supplier``."""
+
+    shard_supplier: ShardSupplier
 
 
 def from_url(
@@ -45,7 +53,7 @@ def from_url(
     client_options: Mapping[str, Any] | None = None,
     read_from_replicas: bool = True,
     dynomite: bool = False,
-    **settings: Any,
+    **settings: Unpack[BuildSettings],
 ) -> F:
     """Build ``factory`` (a RedisQueues class) for the deployment a URL names.
 
@@ -125,7 +133,7 @@ def from_sentinel(
     read_from_replicas: bool = True,
     sentinel_options: Mapping[str, Any] | None = None,
     client_options: Mapping[str, Any] | None = None,
-    **settings: Any,
+    **settings: Unpack[BuildSettings],
 ) -> F:
     """Build ``factory`` on a Sentinel-managed primary and its replicas.
 
@@ -199,7 +207,7 @@ def from_cluster(
     password: str | None = None,
     tls: bool = False,
     client_options: Mapping[str, Any] | None = None,
-    **settings: Any,
+    **settings: Unpack[BuildSettings],
 ) -> F:
     """Build ``factory`` on a Redis Cluster (``RedisCluster`` of redis-py or redis.asyncio).
 
@@ -271,9 +279,9 @@ def _flavor(factory: Any) -> Flavor:
     return ASYNC if getattr(factory, "asynchronous", False) else SYNC
 
 
-def _dynomite(parsed: ParsedUrl, settings: dict[str, Any],
+def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
               client_options: Mapping[str, Any] | None
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
+              ) -> tuple[BuildSettings, dict[str, Any]]:
     if parsed.kind != "single":
         raise ConfigurationError("the Dynomite profile takes the local node's redis:// URL")
     if parsed.tls or parsed.username or parsed.password:
@@ -292,11 +300,13 @@ def _dynomite(parsed: ParsedUrl, settings: dict[str, Any],
                                  "hash tags")
     # RESP2 and no CLIENT SETINFO: Dynomite closes the connection on commands it does not know.
     options.update(protocol=2, driver_info=None)
-    return {"hash_tag": False, "doorbell": False, "clock": system_clock_ms, **settings}, options
+    profile: BuildSettings = {"hash_tag": False, "doorbell": False, "clock": system_clock_ms}
+    profile.update(settings)
+    return profile, options
 
 
 def _build(factory: Callable[..., F], quorum: Any, non_quorum: Any, key_prefix: str,
-           supplier: ShardSupplier, settings: dict[str, Any]) -> F:
+           supplier: ShardSupplier, settings: BuildSettings) -> F:
     owned = [quorum] + ([non_quorum] if non_quorum is not quorum else [])
     try:
         queues = factory(quorum, non_quorum, key_prefix=key_prefix,
@@ -317,12 +327,12 @@ def _close_quietly(client: Any) -> None:
 
 
 def _shard_supplier(zones: Sequence[str] | None, local_zone: str | None,
-                    settings: dict[str, Any]) -> ShardSupplier:
+                    settings: BuildSettings) -> ShardSupplier:
     supplier = settings.pop("shard_supplier", None)
     if supplier is not None:  # a custom supplier replaces the zone list
         if zones is not None or local_zone is not None:
             raise ConfigurationError("give either zones/local_zone or shard_supplier, not both")
-        return supplier  # type: ignore[no-any-return]
+        return supplier
     if zones is None:
         if local_zone is not None:
             raise ConfigurationError("local_zone needs zones (the list of every zone)")

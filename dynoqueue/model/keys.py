@@ -101,3 +101,57 @@ class QueueKeys:
     def all_keys(self) -> list[str]:
         """The message hash, then every queue shard, then every unack shard."""
         return [self.message_hash, *self.all_queue_shards, *self.all_unack_shards]
+
+
+@dataclass(frozen=True)
+class StreamKeys:
+    """The key names a Spark streaming read (``dynoqueue.spark``) adds to a queue.
+
+    For consumer ``C`` of queue ``Q`` under prefix ``P``:
+
+    * ``P.SPARK.{Q}.C.PENDING``  zset: recorded, not yet acked batch numbers (member = score =
+      the number)
+    * ``P.SPARK.{Q}.C.LAST``     string: the highest batch number ever recorded
+    * ``P.SPARK.{Q}.C.BATCH.n``  list: the claimed messages of batch n (JSON)
+
+    The queue name always carries the Cluster hash tag, also on a server where the queue's own
+    keys have none: the names stay the same whatever the deployment, and on Cluster they share
+    the slot of the queue's keys (``P.QUEUE.{Q}.S``), so a batch's bookkeeping is one
+    MULTI/EXEC.
+
+    Attributes:
+        prefix: the queue's key prefix.
+        queue: the queue name.
+        consumer: the stream query's consumer name (Spark option ``consumerName``).
+
+    Raises:
+        ConfigurationError: (a ValueError) a name is empty or has braces, whitespace or
+            control characters.
+    """
+
+    prefix: str
+    queue: str
+    consumer: str
+
+    def __post_init__(self) -> None:
+        check_name("key prefix", self.prefix)
+        check_name("queue name", self.queue)
+        check_name("consumer name", self.consumer)
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}.SPARK.{{{self.queue}}}.{self.consumer}"
+
+    @property
+    def pending(self) -> str:
+        """``P.SPARK.{Q}.C.PENDING``: zset of the recorded, not yet acked batch numbers."""
+        return f"{self._base}.PENDING"
+
+    @property
+    def last(self) -> str:
+        """``P.SPARK.{Q}.C.LAST``: the highest batch number ever recorded."""
+        return f"{self._base}.LAST"
+
+    def batch(self, number: int) -> str:
+        """``P.SPARK.{Q}.C.BATCH.n``: list of the claimed messages (JSON) of batch ``number``."""
+        return f"{self._base}.BATCH.{number}"

@@ -242,7 +242,7 @@ def run_spark_demo(
 
 def _redis(options: SparkDemoOptions, stack: contextlib.ExitStack) -> tuple[str, str]:
     if options.redis_url:
-        from .options import redact
+        from ..connect.urls import redact_url as redact
 
         return options.redis_url, f"{redact(options.redis_url)} (shards a, b, c)"
     from ..embedded import single

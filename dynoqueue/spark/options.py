@@ -9,14 +9,15 @@ This module does not import pyspark: executors and the CLI import it cheaply.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..connect.urls import redact_url
 from ..errors import ConfigurationError
 from ..model.keys import check_name
+from ..model.validate import int_at_least
 from ..queues import RedisQueues
 
 #: Defaults, also quoted by docs/spark.md.
@@ -29,7 +30,6 @@ DEFAULT_CONSUMER = "spark"
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
-_PASSWORD = re.compile(r"(//[^:/@]*:)[^@/]*@")
 
 #: Every option the source knows, lower-cased (Spark lower-cases option keys).
 KNOWN_OPTIONS = frozenset({
@@ -39,11 +39,6 @@ KNOWN_OPTIONS = frozenset({
     # Spark's own, passed through to every source:
     "path", "paths", "checkpointlocation",
 })
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and logs."""
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 @dataclass(frozen=True)
@@ -150,7 +145,7 @@ class SourceOptions:
 
     def describe(self) -> str:
         """A one-line description for messages: queue, prefix and the redacted URL."""
-        return f"queue {self.queue!r} (prefix {self.key_prefix!r}) at {redact(self.url)}"
+        return f"queue {self.queue!r} (prefix {self.key_prefix!r}) at {redact_url(self.url)}"
 
 
 def _required(opts: Mapping[str, str], key: str) -> str:
@@ -165,12 +160,10 @@ def _int(opts: Mapping[str, str], key: str, name: str, default: int, *, low: int
     if text is None or not str(text).strip():
         return default
     try:
-        value = int(str(text).strip().replace("_", ""))
+        value: object = int(str(text).strip().replace("_", ""))
     except ValueError:
-        raise ConfigurationError(f"option {name!r} must be an integer, got {text!r}") from None
-    if value < low:
-        raise ConfigurationError(f"option {name!r} must be >= {low}, got {value}")
-    return value
+        value = text  # not a number: the shared check reports it
+    return int_at_least(f"option {name!r}", value, low, error=ConfigurationError)
 
 
 def _bool(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
@@ -204,7 +197,7 @@ def _replica_urls(text: str | None) -> dict[str, str]:
         zone, sep, url = item.partition("=")
         if not sep or not zone.strip() or not url.strip():
             raise ConfigurationError(
-                f"option 'replicaUrls' must be zone=url[,zone=url...], got {redact(item)!r}"
+                f"option 'replicaUrls' must be zone=url[,zone=url...], got {redact_url(item)!r}"
             )
         out[zone.strip()] = url.strip()
     return out

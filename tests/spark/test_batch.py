@@ -10,8 +10,8 @@ import pytest
 
 from dynoqueue import Message
 from dynoqueue.errors import ConfigurationError
+from dynoqueue.spark.batch_write import DynoQueueWriter, PartitionWritten, WriteColumns
 from dynoqueue.spark.options import SourceOptions
-from dynoqueue.spark.source import DynoQueueWriter, PartitionWritten, WriteColumns
 
 from .conftest import queue_totals
 
@@ -153,5 +153,5 @@ def test_options_are_checked_and_case_insensitive(spark: Any, source: dict[str, 
     with pytest.raises(Exception, match="only mode\\('append'\\)"):
         (spark.createDataFrame([("x",)], "id string").write.format("dynoqueue")
          .options(**source).mode("overwrite").save())
-    with pytest.raises(ConfigurationError, match="'leaseMs' must be >= 1"):
+    with pytest.raises(ConfigurationError, match="'leaseMs' must be an int >= 1"):
         SourceOptions.parse({**source, "leaseMs": "0"})

@@ -14,8 +14,9 @@ import redis
 
 from dynoqueue import Message
 from dynoqueue.errors import ConfigurationError
+from dynoqueue.model.keys import StreamKeys
 from dynoqueue.spark.options import SourceOptions, connected
-from dynoqueue.spark.source import DynoQueueStreamReader, StreamKeys
+from dynoqueue.spark.streaming import DynoQueueStreamReader
 
 from .conftest import queue_totals, wait_for
 

@@ -1,0 +1,243 @@
+"""Batch write of the ``dynoqueue`` format: the column check, the push of rows, commit messages.
+
+``write()`` runs in executor tasks; each opens its own connection and closes it before it
+returns. :func:`push_rows` is also the body of the streaming writer's tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from ..errors import ConfigurationError, InvalidMessageError
+from ..model.message import Message
+from ..queues import RedisQueues
+from .options import SourceOptions, connected
+from .redis_errors import redis_errors
+
+log = logging.getLogger("dynoqueue.spark")
+
+#: The columns a write accepts; ``id`` is required, ``timeout`` and ``due`` exclude each other.
+WRITE_COLUMNS = ("id", "payload", "timeout", "due", "priority")
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+
+@dataclass(frozen=True)
+class WriteColumns:
+    """Positions of the write columns in the input rows (-1: absent).
+
+    Built on the driver from the DataFrame's schema, so a wrong column name or type fails the
+    job before any task runs.
+    """
+
+    id: int
+    payload: int
+    timeout: int
+    due: int
+    priority: int
+
+    @classmethod
+    def of(cls, schema: StructType) -> WriteColumns:
+        """Check a DataFrame schema for writing.
+
+        Accepts ``id`` (string, required), ``payload`` (string), ``timeout`` (integral, delay in
+        ms from the push) or ``due`` (timestamp: delivered at that time), ``priority`` (integral,
+        0..99). Column names are matched case-insensitively.
+
+        Raises:
+            ConfigurationError: ``id`` is missing, a column is unknown, of the wrong type, or
+                both ``timeout`` and ``due`` are given.
+        """
+        fields = {f.name.lower(): (i, f) for i, f in enumerate(schema.fields)}
+        unknown = sorted(set(fields) - set(WRITE_COLUMNS))
+        if unknown:
+            raise ConfigurationError(
+                f"dynoqueue write: unknown column(s) {unknown}; a write takes id (string), "
+                "payload (string), timeout (long, ms) or due (timestamp), priority (int 0..99)"
+            )
+        if "id" not in fields:
+            raise ConfigurationError("dynoqueue write: the DataFrame needs an 'id' column")
+        if "timeout" in fields and "due" in fields:
+            raise ConfigurationError(
+                "dynoqueue write: give either 'timeout' (delay ms) or 'due' (timestamp), not both"
+            )
+        expected = {"id": (StringType,), "payload": (StringType,), "timeout": _INTEGRAL,
+                    "priority": _INTEGRAL, "due": (TimestampType,)}
+        for name, (_, f) in fields.items():
+            if not isinstance(f.dataType, expected[name]):
+                wanted = "/".join(t.typeName() for t in expected[name])
+                raise ConfigurationError(
+                    f"dynoqueue write: column {f.name!r} has type {f.dataType.simpleString()}, "
+                    f"expected {wanted}; cast it first"
+                )
+        return cls(**{name: fields[name][0] if name in fields else -1
+                      for name in WRITE_COLUMNS})
+
+
+@dataclass
+class PartitionWritten(WriterCommitMessage):
+    """What one write task pushed (the commit message Spark hands to ``commit``).
+
+    Attributes:
+        partition: the Spark partition id.
+        attempt: the task attempt number.
+        rows: messages pushed.
+        pushes: push calls made (each one pipelined round trip per 500 messages).
+    """
+
+    partition: int
+    attempt: int
+    rows: int
+    pushes: int
+
+
+def _task_ids() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # called outside a Spark task (e.g. directly from Python)
+        return 0, 0
+    return int(context.partitionId()), int(context.attemptNumber())
+
+
+def push_rows(options: SourceOptions, columns: WriteColumns,
+              rows: Iterator[Sequence[Any]]) -> PartitionWritten:
+    """Push rows to the queue in batches of ``batchSize`` (the work of one write task).
+
+    Each batch is validated completely before it is pushed, so a bad row stops the task with
+    nothing of its batch written. A null ``timeout``/``due``/``priority`` means 0 / now / 0.
+    With a ``due`` column the delay is ``due`` minus the Redis server's time, read once per
+    batch just before its push (never negative), so a message is never due before ``due``.
+
+    Args:
+        options: the parsed options.
+        columns: where each write column sits in a row (:meth:`WriteColumns.of`).
+        rows: Spark Rows (or any sequences) of the task's partition.
+
+    Returns:
+        The commit message: partition, attempt, rows pushed, push calls.
+
+    Raises:
+        InvalidMessageError: a bad row (null or empty id, priority outside 0..99, negative
+            timeout, non-string payload, payload too large); the message names the partition,
+            the row number and the id, and says how many rows of this task were pushed before.
+        RedisOperationError, QuorumNotReachedError: Redis failed (pushing again is safe).
+    """
+    partition, attempt = _task_ids()
+    pushed = pushes = 0
+    number = 0
+    pending: list[tuple[Message, float | None]] = []
+
+    def bad(message_id: Any, why: str) -> InvalidMessageError:
+        return InvalidMessageError(
+            f"dynoqueue write to {options.describe()}: bad row {number} of partition "
+            f"{partition} (id={message_id!r}): {why}. Rows from its batch on were not pushed; "
+            f"{pushed} earlier rows of this partition were (pushes are idempotent by id: fix "
+            "the data and run the write again)"
+        )
+
+    with connected(options) as queues:
+        queue = queues.get(options.queue)
+
+        def flush() -> None:
+            nonlocal pushed, pushes
+            if not pending:
+                return
+            if columns.due >= 0:
+                now = _server_ms(queues, queue.keys.message_hash, options)
+                for message, due_ms in pending:
+                    if due_ms is not None:  # never due before the row's due time
+                        message.timeout = max(0, math.ceil(due_ms - now))
+            try:
+                queue.push([message for message, _ in pending])
+            except InvalidMessageError as exc:  # e.g. a payload over max_payload_bytes
+                raise InvalidMessageError(
+                    f"dynoqueue write to {options.describe()}: partition {partition}: {exc}. "
+                    f"Nothing of this batch was pushed; {pushed} earlier rows of this "
+                    "partition were"
+                ) from None
+            pushed += len(pending)
+            pushes += 1
+            pending.clear()
+
+        for row in rows:
+            number += 1
+            message_id = row[columns.id]
+            payload = row[columns.payload] if columns.payload >= 0 else None
+            priority = row[columns.priority] if columns.priority >= 0 else None
+            timeout = row[columns.timeout] if columns.timeout >= 0 else None
+            due = row[columns.due] if columns.due >= 0 else None
+            if not isinstance(message_id, str) or not message_id:
+                raise bad(message_id, "id must be a non-empty string")
+            due_ms = None
+            if due is not None:
+                if not isinstance(due, datetime):
+                    raise bad(message_id, f"due must be a timestamp, got {due!r}")
+                due_ms = due.timestamp() * 1000  # naive = local time, as pyspark hands it
+            try:  # every field check of Message, before anything of the batch is pushed
+                message = Message(message_id, payload, 0 if timeout is None else timeout,
+                                  0 if priority is None else priority)
+            except InvalidMessageError as exc:
+                raise bad(message_id, str(exc)) from None
+            pending.append((message, due_ms))
+            if len(pending) >= options.batch_size:
+                flush()
+        flush()
+    return PartitionWritten(partition, attempt, pushed, pushes)
+
+
+def _server_ms(queues: RedisQueues, key: str, options: SourceOptions) -> int:
+    """The Redis server's clock (TIME), epoch ms; ``key`` names the queue in an error."""
+    with redis_errors("spark_write", key, options):
+        seconds, micros = queues.quorum_conn.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def summary(messages: Sequence[WriterCommitMessage | None]) -> str:
+    """Rows written in all and per partition, for the commit and abort logs."""
+    done = [m for m in messages if isinstance(m, PartitionWritten)]
+    per = ", ".join(f"p{m.partition}: {m.rows}" for m in sorted(done, key=lambda m: m.partition))
+    return f"{sum(m.rows for m in done)} rows from {len(done)} partitions ({per})"
+
+
+class DynoQueueWriter(DataSourceWriter):
+    """Batch write: every task pushes its partition (see :func:`push_rows`).
+
+    Idempotent by id: a retried task or a re-run job moves existing ids instead of duplicating
+    them (a message already delivered and acked is queued again, though).
+    """
+
+    def __init__(self, options: SourceOptions, columns: WriteColumns) -> None:
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator[Any]) -> PartitionWritten:
+        """Executor side: push this task's rows (:func:`push_rows`); returns its commit message."""
+        return push_rows(self.options, self.columns, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver side, every task succeeded: log the rows written per partition."""
+        log.info("dynoqueue write to %s committed: %s", self.options.describe(),
+                 summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver side, the job failed: log what the finished partitions had pushed."""
+        failed = sum(1 for m in messages if m is None)
+        log.warning("dynoqueue write to %s failed in %d partitions; pushed before: %s",
+                    self.options.describe(), failed, summary(messages))

@@ -1,0 +1,89 @@
+"""The core's own logic, driven without a driver where it is pure (the doorbell listener's
+back-off), and on a real redis-server where it is about the commands sent."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from dynoqueue import Message, SingleShardSupplier
+from dynoqueue.core import doorbell as bell
+from dynoqueue.core.requests import Step
+
+from .conftest import unique
+
+
+def test_the_doorbell_listener_backs_off_and_logs_once_per_outage(caplog) -> None:
+    """A persistent unexpected error used to log a traceback 20 times a second: now each
+    retry waits twice as long (up to the cap) and only the first failure is logged."""
+    pauses: list[float] = []
+    closed = False
+
+    def answer(request: Any) -> Any:
+        nonlocal closed
+        if isinstance(request, bell.Subscribe):
+            raise RuntimeError("broken subscription")
+        if isinstance(request, bell.Pause):
+            pauses.append(request.seconds)
+            closed = len(pauses) >= 8
+        return None
+
+    step = Step(bell.listen(["c1"], lambda: closed))
+    with caplog.at_level(logging.INFO, logger="dynoqueue.doorbell"):
+        while step.pending:
+            try:
+                step.send(answer(step.request))
+            except RuntimeError as exc:
+                step.send(None, exc)
+    first, cap = bell.RECONNECT_DELAY_S
+    assert pauses[:3] == [first, first * 2, first * 4]
+    assert max(pauses) == cap and pauses == sorted(pauses)
+    assert len([r for r in caplog.records if "listener failed" in r.getMessage()]) == 1
+
+
+def test_the_listener_counts_rings_and_wakes_all_after_resubscribing() -> None:
+    rings = bell.Rings(["a", "b"])
+    messages = iter([{"type": "subscribe"}, {"type": "subscribe"},
+                     {"type": b"message", "channel": b"a"}, None])
+    seen: list[Any] = []
+    done = False
+
+    def answer(request: Any) -> Any:
+        nonlocal done
+        seen.append(request)
+        if isinstance(request, bell.NextMessage):
+            message = next(messages, None)
+            done = message is None
+            return message
+        if isinstance(request, bell.Rang):
+            rings.bump(request.channel)
+        return "handle" if isinstance(request, bell.Subscribe) else None
+
+    step = Step(bell.listen(["a", "b"], lambda: done))
+    while step.pending:
+        step.send(answer(step.request))
+    assert rings.counts == {"a": 2, "b": 1}  # everyone once at subscribe, then a ring on a
+    assert any(isinstance(r, bell.Listening) and r.value for r in seen)
+    assert isinstance(seen[-2], bell.Unsubscribe)
+
+
+@pytest.mark.deployments("ring")
+def test_pipelined_writes_send_no_script_exists(make_queues, deployment) -> None:
+    """Writes with WAIT are pipelined; redis-py's Script objects would send SCRIPT EXISTS
+    before each pipeline (one extra round trip per write). EVALSHA goes straight out."""
+    primary = deployment.topology.primary.client(decode_responses=True)
+
+    def calls(name: str) -> int:
+        stats = primary.info("commandstats")
+        return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+    q = make_queues(shard_supplier=SingleShardSupplier("a"), write_quorum=1).get(unique())
+    q.push([Message("warm-up")])  # loads the script once (NOSCRIPT, then EVAL)
+    before = (calls("script|exists"), calls("evalsha"))
+    for i in range(20):
+        q.push([Message(f"m{i}")])
+    assert calls("script|exists") == before[0]
+    assert calls("evalsha") - before[1] == 20
+    primary.close()
