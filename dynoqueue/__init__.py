@@ -28,6 +28,7 @@ from .model.sharding import (
     StaticShardSupplier,
     ZoneShardSupplier,
 )
+from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 from .queue import DynoQueue
 from .queues import RedisQueues
 
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AccessDeniedError",
     "ConfigurationError",
+    "DeadLetter",
     "DynoQueue",
     "DynoQueueError",
     "InvalidArgumentError",
@@ -43,8 +45,11 @@ __all__ = [
     "InvalidPatternError",
     "LocalOnlyStrategy",
     "Message",
+    "MessageInfo",
+    "MessageState",
     "PayloadTooLargeError",
     "QueueClosedError",
+    "QueuePolicy",
     "QuorumNotReachedError",
     "RedisOperationError",
     "RedisQueues",

@@ -17,6 +17,7 @@ from .core.queue import QueueCore
 from .core.requests import Op
 from .io.sync import SyncDriver
 from .model.message import Message
+from .model.states import DeadLetter, MessageInfo, MessageState
 
 T = TypeVar("T")
 
@@ -43,31 +44,38 @@ class DynoQueue(QueueBase):
     def _run(self, op: Op[T]) -> T:
         return self._run_op(op)
 
-    def push(self, messages: Iterable[Message]) -> list[str]:
+    def push(self, messages: Iterable[Message], *, if_exists: str = "replace") -> list[str]:
         """Store messages and make each wait in the shard the sharding strategy picks.
 
-        Each message becomes visible ``message.timeout`` ms after the push; all messages of one
-        call share one "now" (the Redis server's clock unless a clock was injected). Pushing an
-        id that already exists replaces its payload and moves it: it then waits in exactly one
-        shard, and is no longer leased if it was. Mirrors ``push``.
+        Each message becomes visible ``message.timeout`` ms after the push (or at its
+        ``due_at_ms``); all messages of one call share one "now" (the Redis server's clock
+        unless a clock was injected). A message's ``max_deliveries``/``ttl_ms`` override the
+        queue policy for it. Mirrors ``push`` (Camellia ``sendMsg``, Youzan ``add``).
 
         Args:
             messages: the messages (a list, tuple or other iterable of :class:`Message`).
+            if_exists: ``"replace"`` (dyno-queues): pushing an id that exists replaces its
+                payload and moves it (it then waits in exactly one shard, is no longer leased,
+                and its delivery count starts again). ``"keep"``: the first wins while the id
+                is waiting, leased, retained as ended or dead-lettered (Camellia's msgId dedup,
+                RMQ's merged duplicates), atomically even when producers race.
 
         Returns:
-            The ids, in input order.
+            The ids actually pushed, in input order.
 
         Raises:
             InvalidMessageError: (a ValueError) an element is not a valid Message, or its payload
                 is over ``max_payload_bytes`` (PayloadTooLargeError). Nothing of the batch is
                 written.
-            ConfigurationError: the sharding strategy returned an unknown shard; nothing written.
+            InvalidArgumentError: if_exists is not "replace" or "keep".
+            ConfigurationError: the sharding strategy returned an unknown shard, or the queue's
+                stored policy differs from this process's; nothing written.
             QuorumNotReachedError: fewer replicas than ``write_quorum`` confirmed in time; the
                 messages are stored on the primary (retrying with the same ids is safe).
             RedisOperationError: Redis failed. A batch larger than SCRIPT_BATCH may then be
                 partly stored; pushing it again is safe.
         """
-        return self._run(self._core.push(messages))
+        return self._run(self._core.push(messages, if_exists))
 
     def ensure(self, message: Message) -> bool:
         """Push ``message`` only if its id is neither waiting nor leased, atomically.
@@ -83,45 +91,57 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.ensure(message))
 
-    def pop(self, count: int, wait_ms: int = 0) -> list[Message]:
+    def pop(self, count: int, wait_ms: int = 0, *, lease_ms: int | None = None,
+            min_count: int | None = None) -> list[Message]:
         """Lease up to ``count`` due messages from the local shard, oldest visibility first.
 
         Each returned message is moved to the unack set with a lease of ``unack_timeout_ms``;
         ack it within the lease, extend it with :meth:`set_unack_timeout`, or it is delivered
         again once the unack reprocessor runs (at-least-once). The claim is one script that
         re-checks visibility, so a message is never returned early nor to two consumers while
-        its lease holds. Returns early once ``count`` messages are leased; messages that arrive
-        or fall due while waiting are included. Waiting sends no commands except when a
-        doorbell rings, a message falls due, or every ``poll_interval_ms``. Mirrors ``pop``.
+        its lease holds. Returns early once ``min_count`` (default ``count``) messages are
+        leased; messages that arrive or fall due while waiting are included. Waiting sends no
+        commands except when a doorbell rings, a message falls due, or every
+        ``poll_interval_ms``. Each delivery is counted: a message at its queue's (or its own)
+        ``max_deliveries`` is dead-lettered when that lease ends without ack. Mirrors ``pop``
+        (Camellia ``pullMsg``/``longPollingMsg``, Youzan ``pop``, SQS ``ReceiveMessage``).
 
         Args:
             count: most messages to return, >= 0 (0 returns [] at once).
-            wait_ms: longest wait in milliseconds for the first ``count`` messages, >= 0. Keep
-                it well below ``unack_timeout_ms``: the leases of messages claimed early in a
-                long wait run while the pop still waits.
+            wait_ms: longest wait in milliseconds, >= 0. Keep it well below the lease: the
+                leases of messages claimed early in a long wait run while the pop still waits.
+            lease_ms: this call's lease in ms, >= 1, instead of ``unack_timeout_ms``
+                (Camellia's ackTimeoutMillis, Youzan's TTR).
+            min_count: return as soon as this many are leased, >= 1 (default ``count``:
+                dyno-queues fills the batch); 1 returns as soon as anything is due (SQS
+                long-poll semantics).
 
         Returns:
-            The leased messages, each with ``shard`` set; [] if none was due in time.
+            The leased messages, each with ``shard``, ``deliveries`` and ``receipt`` set; [] if
+            none was due in time. A stored message that cannot be decoded is dead-lettered
+            ("undecodable") and the rest are returned.
 
         Raises:
-            InvalidArgumentError: count or wait_ms is not an int >= 0.
+            InvalidArgumentError: count, wait_ms, lease_ms or min_count out of range.
             QueueClosedError: the queue was closed.
             RedisOperationError: Redis failed.
         """
-        return self._run(self._core.pop("pop", False, count, wait_ms))
+        return self._run(self._core.pop("pop", False, count, wait_ms, lease_ms, min_count))
 
     def bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
         """Same as :meth:`pop` (every pop claims in batches in one script). Mirrors ``bulkPop``."""
         return self._run(self._core.pop("bulk_pop", False, count, wait_ms))
 
-    def unsafe_pop_all_shards(self, count: int, wait_ms: int = 0) -> list[Message]:
+    def unsafe_pop_all_shards(self, count: int, wait_ms: int = 0, *, lease_ms: int | None = None,
+                              min_count: int | None = None) -> list[Message]:
         """Like :meth:`pop`, over every shard: the local one first, then the others in order.
 
         "Unsafe" as in dyno-queues: it takes work queued for other zones. The leases live in
         each message's own shard, so the unack reprocessor of that shard's zone puts back
         what is not acked. Mirrors ``unsafePopAllShards``.
         """
-        return self._run(self._core.pop("unsafe_pop_all_shards", True, count, wait_ms))
+        return self._run(self._core.pop("unsafe_pop_all_shards", True, count, wait_ms,
+                                        lease_ms, min_count))
 
     def unsafe_bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
         """Same as :meth:`unsafe_pop_all_shards`. Mirrors ``unsafeBulkPop``."""
@@ -169,24 +189,73 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.claim_match(pattern, local_only))
 
-    def ack(self, id: str) -> bool:
-        """End the lease of a popped message and delete it. Mirrors ``ack``.
+    def ack(self, id: str, *, receipt: str | None = None) -> bool:
+        """End the lease of a popped message; it leaves the queue (kept queryable as ACKED
+        during the policy's retention). Mirrors ``ack`` (Camellia ``ackMsg``, Youzan
+        ``finish``, SQS ``DeleteMessage``).
+
+        Args:
+            id: the message id.
+            receipt: the popped message's ``receipt``: ack only that lease (False if the
+                message was delivered again since). None: any lease of the id (dyno-queues).
 
         Returns:
-            True if the message was leased and is now gone; False if it was not leased (never
-            popped, already acked or removed, or put back after its lease expired).
+            True if the message was leased (by that receipt) and is now gone; False if it was
+            not leased (never popped, already acked or removed, or put back after its lease
+            expired).
 
         Raises:
-            InvalidArgumentError: id is not a non-empty str.
+            InvalidArgumentError: id is not a non-empty str, or a bad receipt.
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
-        return self._run(self._core.ack(id))
+        return self._run(self._core.ack(id, receipt))
+
+    def nack(self, id: str, delay_ms: int = 0, *, error: str | None = None,
+             receipt: str | None = None) -> bool:
+        """End a lease now instead of waiting for it to expire: the message is due again after
+        ``delay_ms`` (retry with back-off), or dead-lettered (reason "max_deliveries") if this
+        was its last allowed delivery. Mirrors SQS ``ChangeMessageVisibility(0)`` with a
+        receive count, RMQ's retry with a delay level.
+
+        Args:
+            id: the message id.
+            delay_ms: how long until it is due again, ms, >= 0.
+            error: why it failed, recorded as ``last_error`` (kept up to 4096 chars).
+            receipt: act only on that lease (see :meth:`ack`).
+
+        Returns:
+            True if the lease was ended; False if the message was not leased (by that receipt).
+
+        Raises:
+            InvalidArgumentError: a bad id, delay_ms, error or receipt.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.nack(id, delay_ms, error, receipt))
+
+    def nack_many(self, ids: Iterable[str | Message], delay_ms: int = 0, *,
+                  error: str | None = None) -> int:
+        """:meth:`nack` for many messages in as few round trips as possible.
+
+        Args:
+            ids: message ids, or popped Message objects (then only each one's own lease).
+            delay_ms: ms until they are due again, >= 0.
+            error: recorded as each one's ``last_error``.
+
+        Returns:
+            How many leases were ended (due again or dead-lettered).
+
+        Raises:
+            InvalidArgumentError: a bad element, delay_ms or error; nothing is nacked.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.nack_many(ids, delay_ms, error))
 
     def ack_many(self, ids: Iterable[str | Message]) -> int:
         """Ack many messages in as few round trips as possible. Mirrors ``ack(List<Message>)``.
 
         Args:
-            ids: message ids, or Message objects.
+            ids: message ids, or popped Message objects (then only the lease of each one's
+                ``receipt`` is acked).
 
         Returns:
             How many were leased and are now gone.
@@ -197,10 +266,12 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.ack_many(ids))
 
-    def set_unack_timeout(self, id: str, timeout_ms: int) -> bool:
+    def set_unack_timeout(self, id: str, timeout_ms: int, *,
+                          receipt: str | None = None) -> bool:
         """Set a leased message's lease to expire ``timeout_ms`` from now (extend or shorten).
 
-        0 makes it eligible for the next unack processing run. Mirrors ``setUnackTimeout``.
+        0 makes it eligible for the next unack processing run. ``receipt`` acts only on that
+        lease (see :meth:`ack`). Mirrors ``setUnackTimeout`` (SQS ChangeMessageVisibility).
 
         Returns:
             True if the message is leased (and its lease was set), else False.
@@ -210,9 +281,10 @@ class DynoQueue(QueueBase):
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
         return self._run(self._core.set_lease(
-            "set_unack_timeout", id, timeout_ms, only_if_shorter=False))
+            "set_unack_timeout", id, timeout_ms, only_if_shorter=False, receipt=receipt))
 
-    def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int) -> bool:
+    def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int, *,
+                                     receipt: str | None = None) -> bool:
         """Like :meth:`set_unack_timeout`, but only if that brings the expiry earlier.
 
         Mirrors Conductor's ``setUnackTimeoutIfShorter``.
@@ -221,7 +293,8 @@ class DynoQueue(QueueBase):
             True if the lease was shortened; False if not leased or not shortened.
         """
         return self._run(self._core.set_lease(
-            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True))
+            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True,
+            receipt=receipt))
 
     def set_timeout(self, id: str, timeout_ms: int) -> bool:
         """Make a waiting message due ``timeout_ms`` from now, keeping its priority.
@@ -397,6 +470,81 @@ class DynoQueue(QueueBase):
             RedisOperationError: Redis failed.
         """
         return self._run(self._core.clear())
+
+    def state(self, id: str) -> MessageState | None:
+        """Where a message is in its lifecycle: DELAYED, READY, LEASED, or, during the
+        policy's retention, ACKED, EXPIRED, DELETED; DEAD while it is a dead letter. Mirrors
+        Camellia ``getMsg``'s status.
+
+        Returns:
+            The state (``.code`` is Camellia's 1..7), or None if unknown or its retention ended.
+
+        Raises:
+            InvalidArgumentError: id is not a non-empty str.
+            RedisOperationError: Redis failed.
+        """
+        return self._run(self._core.state(id))
+
+    def info(self, id: str) -> MessageInfo | None:
+        """Everything known about one message: state, shard, priority, payload, deliveries,
+        max deliveries, enqueued / due / lease expiry / TTL expiry / end times (epoch ms) and the
+        last nack error. Mirrors Camellia ``getMsg``.
+
+        Returns:
+            A :class:`MessageInfo`, or None if unknown or its retention ended.
+
+        Raises:
+            InvalidArgumentError, RedisOperationError: as for :meth:`state`.
+        """
+        return self._run(self._core.info(id))
+
+    def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters, oldest first (kept ``dead_letter_retention_ms``).
+
+        Args:
+            count: most to return, >= 0.
+
+        Returns:
+            :class:`DeadLetter` items: message, reason ("max_deliveries", "ttl",
+            "undecodable"), deliveries, last_error, died_at_ms.
+
+        Raises:
+            InvalidArgumentError: count is not an int >= 0.
+            RedisOperationError: Redis failed.
+        """
+        return self._run(self._core.dead_letters(count))
+
+    def dead_size(self) -> int:
+        """How many dead letters the queue holds (``size()`` counts waiting messages only)."""
+        return self._run(self._core.dead_size())
+
+    def redrive(self, ids: Iterable[str] | None = None, *, delay_ms: int = 0) -> int:
+        """Put dead letters back to waiting, their delivery count reset, each in the shard it
+        died in, due after ``delay_ms``. Mirrors SQS's dead-letter redrive.
+
+        Args:
+            ids: which dead letters; None: all of them (in batches, oldest first).
+            delay_ms: ms until they are due, >= 0.
+
+        Returns:
+            How many were put back (ids that are not dead letters are skipped).
+
+        Raises:
+            InvalidArgumentError: a bad id or delay_ms.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.redrive(ids, delay_ms))
+
+    def purge_dead(self) -> int:
+        """Delete every dead letter for good.
+
+        Returns:
+            How many were deleted.
+
+        Raises:
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.purge_dead())
 
     def close(self) -> None:
         """Stop taking new work: later pushes and pops raise QueueClosedError, and waiting pops

@@ -67,8 +67,8 @@ class FactoryView(_View):
     def _view(self, queue: Any) -> QueueView:
         return self._views.setdefault(id(queue), QueueView(queue, self._bridge))
 
-    def get(self, name: str) -> QueueView:
-        return self._view(self._target.get(name))
+    def get(self, name: str, policy: Any = None) -> QueueView:
+        return self._view(self._target.get(name, policy))
 
     def queues(self) -> list[QueueView]:
         return [self._view(q) for q in self._target.queues()]

@@ -42,7 +42,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from dynoqueue import DynoQueue, Message, RedisQueues, StaticShardSupplier
+from dynoqueue import (
+    DynoQueue,
+    Message,
+    MessageState,
+    QueuePolicy,
+    RedisQueues,
+    StaticShardSupplier,
+)
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer
 
@@ -82,6 +89,7 @@ class Entry:
     leased: bool
     due_ms: int = 0  # waiting: visible from this ms on (score = due_ms + priority / 100)
     expiry_ms: int = 0  # leased: lease ends at this ms
+    deliveries: int = 0  # claims so far (the lifecycle's delivery count)
 
     def order_key(self, message_id: str) -> tuple[int, int, bytes]:
         return (self.due_ms, self.priority, message_id.encode("utf-8"))
@@ -106,6 +114,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.queue: DynoQueue
         self.clock: Any = None
         self.model: dict[str, Entry] = {}
+        #: Dead letters: id -> the entry as it died (max deliveries reached).
+        self.dead: dict[str, Entry] = {}
+        self.max_deliveries = 0
         self.rr = 0
         self.unack_timeout_ms = 1
 
@@ -114,8 +125,9 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize(
         unack_timeout_ms=st.one_of(st.integers(1, 10), st.integers(1, 5000)),
         batch=st.lists(st.one_of(messages, due_messages), max_size=len(IDS)),
+        max_deliveries=st.sampled_from([0, 0, 1, 2, 3]),
     )
-    def start(self, unack_timeout_ms: int, batch: list[Message]) -> None:
+    def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int) -> None:
         assert self.client is not None and self.make_clock is not None
         self.clock = self.make_clock()
         self.unack_timeout_ms = unack_timeout_ms
@@ -131,7 +143,8 @@ class QueueMachine(RuleBasedStateMachine):
                 self.async_client, self.async_client, **options))
         else:
             self.queues = RedisQueues(self.client, self.client, **options)
-        self.queue = self.queues.get("q")
+        self.max_deliveries = max_deliveries
+        self.queue = self.queues.get("q", QueuePolicy(max_deliveries=max_deliveries))
         if batch:
             self.push(batch)
 
@@ -155,6 +168,7 @@ class QueueMachine(RuleBasedStateMachine):
         return SHARDS[self.rr]
 
     def model_push(self, message: Message, shard: str, now: int) -> None:
+        self.dead.pop(message.id, None)
         self.model[message.id] = Entry(
             payload=message.payload or None,  # an empty payload is not stored
             timeout=message.timeout,
@@ -192,6 +206,14 @@ class QueueMachine(RuleBasedStateMachine):
             entry = self.model[mid]
             entry.leased = True
             entry.expiry_ms = self.now + self.unack_timeout_ms
+            entry.deliveries += 1
+
+    def at_last_delivery(self, mid: str) -> bool:
+        return 0 < self.max_deliveries <= self.model[mid].deliveries
+
+    def kill(self, mid: str) -> None:
+        """The lease ended at the last allowed delivery: a dead letter."""
+        self.dead[mid] = self.model.pop(mid)
 
     # ------------------------------------------------------------------------------- rules
 
@@ -239,8 +261,9 @@ class QueueMachine(RuleBasedStateMachine):
     def pop(self, count: int) -> None:
         want = self.deliverable(LOCAL)[:count]
         expect = [self.expected(mid, LOCAL) for mid in want]
-        got = [as_tuple(m) for m in self.queue.pop(count, wait_ms=0)]
-        assert got == expect
+        popped = self.queue.pop(count, wait_ms=0)
+        assert [as_tuple(m) for m in popped] == expect
+        assert [m.deliveries for m in popped] == [self.model[mid].deliveries + 1 for mid in want]
         self.lease(want)
 
     @precondition(lambda self: bool(self.deliverable(LOCAL)))
@@ -266,9 +289,32 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(mid=ids)
     def remove(self, mid: str) -> None:
-        present = mid in self.model
+        present = mid in self.model or mid in self.dead
         assert self.queue.remove(mid) is present
         self.model.pop(mid, None)
+        self.dead.pop(mid, None)
+
+    @rule(mid=ids, delay=delays)
+    def nack(self, mid: str, delay: int) -> None:
+        leased = mid in self.model and self.model[mid].leased
+        assert self.queue.nack(mid, delay) is leased
+        if not leased:
+            return
+        if self.at_last_delivery(mid):
+            self.kill(mid)
+        else:
+            entry = self.model[mid]
+            entry.leased = False
+            entry.due_ms = self.now + delay
+
+    @precondition(lambda self: bool(self.dead))
+    @rule(delay=st.integers(0, 3))
+    def redrive(self, delay: int) -> None:
+        assert self.queue.redrive(delay_ms=delay) == len(self.dead)
+        for mid, entry in self.dead.items():
+            entry.leased, entry.deliveries, entry.due_ms = False, 0, self.now + delay
+            self.model[mid] = entry
+        self.dead.clear()
 
     @rule(mid=ids, timeout=delays)
     def set_timeout(self, mid: str, timeout: int) -> None:
@@ -305,8 +351,12 @@ class QueueMachine(RuleBasedStateMachine):
         expired = self.expired_local_leases()
         assert self.queues is not None
         run = self.queues.process_unacks if via_factory else self.queue.process_unacks
-        assert run() == len(expired)
+        requeued = [mid for mid in expired if not self.at_last_delivery(mid)]
+        assert run() == len(requeued)
         for mid in expired:
+            if mid not in requeued:
+                self.kill(mid)
+                continue
             entry = self.model[mid]
             entry.leased = False
             entry.due_ms = entry.expiry_ms
@@ -328,6 +378,23 @@ class QueueMachine(RuleBasedStateMachine):
             expect[entry.shard]["uacked" if entry.leased else "size"] += 1
         assert self.queue.shard_sizes() == expect
         assert self.queue.size() == sum(v["size"] for v in expect.values())
+
+    @invariant()
+    def states_and_dead_letters_match(self) -> None:
+        if self.queues is None:
+            return
+        assert self.queue.dead_size() == len(self.dead)
+        for mid in IDS:
+            state = self.queue.state(mid)
+            if mid in self.dead:
+                assert state is MessageState.DEAD
+            elif mid not in self.model:
+                assert state is None
+            elif self.model[mid].leased:
+                assert state is MessageState.LEASED
+            else:
+                due = self.model[mid].due_ms <= self.now
+                assert state is (MessageState.READY if due else MessageState.DELAYED)
 
     @invariant()
     def stored_messages_match(self) -> None:

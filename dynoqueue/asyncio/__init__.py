@@ -18,7 +18,9 @@ sync and an async client share a queue.
 """
 
 from ..model.message import Message
+from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 from .queue import DynoQueue
 from .queues import RedisQueues
 
-__all__ = ["DynoQueue", "Message", "RedisQueues"]
+__all__ = ["DeadLetter", "DynoQueue", "Message", "MessageInfo", "MessageState", "QueuePolicy",
+           "RedisQueues"]

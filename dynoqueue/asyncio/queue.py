@@ -15,6 +15,7 @@ from ..core.queue import QueueCore
 from ..core.requests import Op
 from ..io.aio import AsyncDriver
 from ..model.message import Message
+from ..model.states import DeadLetter, MessageInfo, MessageState
 from ..queue import DynoQueue as SyncDynoQueue
 
 T = TypeVar("T")
@@ -35,20 +36,26 @@ class DynoQueue(QueueBase):
     async def _run(self, op: Op[T]) -> T:
         return await self._driver.run(op)
 
-    async def push(self, messages: Iterable[Message]) -> list[str]:
-        return await self._run(self._core.push(messages))
+    async def push(self, messages: Iterable[Message], *,
+                   if_exists: str = "replace") -> list[str]:
+        return await self._run(self._core.push(messages, if_exists))
 
     async def ensure(self, message: Message) -> bool:
         return await self._run(self._core.ensure(message))
 
-    async def pop(self, count: int, wait_ms: int = 0) -> list[Message]:
-        return await self._run(self._core.pop("pop", False, count, wait_ms))
+    async def pop(self, count: int, wait_ms: int = 0, *, lease_ms: int | None = None,
+                  min_count: int | None = None) -> list[Message]:
+        return await self._run(self._core.pop("pop", False, count, wait_ms, lease_ms,
+                                              min_count))
 
     async def bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
         return await self._run(self._core.pop("bulk_pop", False, count, wait_ms))
 
-    async def unsafe_pop_all_shards(self, count: int, wait_ms: int = 0) -> list[Message]:
-        return await self._run(self._core.pop("unsafe_pop_all_shards", True, count, wait_ms))
+    async def unsafe_pop_all_shards(self, count: int, wait_ms: int = 0, *,
+                                    lease_ms: int | None = None,
+                                    min_count: int | None = None) -> list[Message]:
+        return await self._run(self._core.pop("unsafe_pop_all_shards", True, count, wait_ms,
+                                              lease_ms, min_count))
 
     async def unsafe_bulk_pop(self, count: int, wait_ms: int = 0) -> list[Message]:
         return await self._run(self._core.pop("unsafe_bulk_pop", True, count, wait_ms))
@@ -63,19 +70,30 @@ class DynoQueue(QueueBase):
                                      local_only: bool = False) -> Message | None:
         return await self._run(self._core.claim_match(pattern, local_only))
 
-    async def ack(self, id: str) -> bool:
-        return await self._run(self._core.ack(id))
+    async def ack(self, id: str, *, receipt: str | None = None) -> bool:
+        return await self._run(self._core.ack(id, receipt))
+
+    async def nack(self, id: str, delay_ms: int = 0, *, error: str | None = None,
+                   receipt: str | None = None) -> bool:
+        return await self._run(self._core.nack(id, delay_ms, error, receipt))
+
+    async def nack_many(self, ids: Iterable[str | Message], delay_ms: int = 0, *,
+                        error: str | None = None) -> int:
+        return await self._run(self._core.nack_many(ids, delay_ms, error))
 
     async def ack_many(self, ids: Iterable[str | Message]) -> int:
         return await self._run(self._core.ack_many(ids))
 
-    async def set_unack_timeout(self, id: str, timeout_ms: int) -> bool:
+    async def set_unack_timeout(self, id: str, timeout_ms: int, *,
+                                receipt: str | None = None) -> bool:
         return await self._run(self._core.set_lease(
-            "set_unack_timeout", id, timeout_ms, only_if_shorter=False))
+            "set_unack_timeout", id, timeout_ms, only_if_shorter=False, receipt=receipt))
 
-    async def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int) -> bool:
+    async def set_unack_timeout_if_shorter(self, id: str, timeout_ms: int, *,
+                                           receipt: str | None = None) -> bool:
         return await self._run(self._core.set_lease(
-            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True))
+            "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True,
+            receipt=receipt))
 
     async def set_timeout(self, id: str, timeout_ms: int) -> bool:
         return await self._run(self._core.set_timeout(id, timeout_ms))
@@ -127,6 +145,24 @@ class DynoQueue(QueueBase):
 
     async def clear(self) -> None:
         return await self._run(self._core.clear())
+
+    async def state(self, id: str) -> MessageState | None:
+        return await self._run(self._core.state(id))
+
+    async def info(self, id: str) -> MessageInfo | None:
+        return await self._run(self._core.info(id))
+
+    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+        return await self._run(self._core.dead_letters(count))
+
+    async def dead_size(self) -> int:
+        return await self._run(self._core.dead_size())
+
+    async def redrive(self, ids: Iterable[str] | None = None, *, delay_ms: int = 0) -> int:
+        return await self._run(self._core.redrive(ids, delay_ms))
+
+    async def purge_dead(self) -> int:
+        return await self._run(self._core.purge_dead())
 
     async def close(self) -> None:
         """See :meth:`dynoqueue.DynoQueue.close`."""

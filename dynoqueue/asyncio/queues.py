@@ -20,6 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..connect import builders
 from ..core.factory import QueuesBase
 from ..io.aio import AsyncDriver
+from ..model.states import QueuePolicy
 from ..queues import RedisQueues as SyncRedisQueues
 from .queue import DynoQueue
 
@@ -63,10 +64,10 @@ class RedisQueues(QueuesBase[DynoQueue]):
         """See :meth:`dynoqueue.RedisQueues.from_cluster`."""
         return builders.from_cluster(cls, nodes, **kwargs)
 
-    def get(self, queue_name: str) -> DynoQueue:
+    def get(self, queue_name: str, policy: QueuePolicy | None = None) -> DynoQueue:
         """See :meth:`dynoqueue.RedisQueues.get`; inside a running event loop, also starts the
         unack reprocessor task if ``async with`` has not."""
-        queue = super().get(queue_name)
+        queue = super().get(queue_name, policy)
         with contextlib.suppress(RuntimeError):  # no running loop: started by __aenter__
             self._start_reprocessor()
         return queue

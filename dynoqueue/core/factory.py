@@ -18,6 +18,7 @@ from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import check_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
+from ..model.states import QueuePolicy
 from .queue import QueueCore, guarded
 from .requests import QUORUM, READ, Command, Op
 
@@ -104,23 +105,35 @@ class QueuesBase(Generic[Q]):
         self._lock = threading.Lock()
         self._closed = False
 
-    def get(self, queue_name: str) -> Q:
+    def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
         (until that queue is closed on its own: then a new one replaces it). Mirrors ``get``.
 
+        Args:
+            queue_name: the queue's name.
+            policy: this queue's :class:`QueuePolicy`, instead of the factory's ``policy``.
+                Stored with the queue at its first call; a process whose policy differs from
+                the stored one gets a ConfigurationError then.
+
         Raises:
-            ConfigurationError: the name is empty or has braces, whitespace or control chars.
+            ConfigurationError: the name is empty or has braces, whitespace or control chars;
+                a policy that is not a QueuePolicy, or not the one this queue was created with.
             QueueClosedError: this factory was closed.
         """
         check_name("queue name", queue_name)
+        if policy is not None and not isinstance(policy, QueuePolicy):
+            raise ConfigurationError(f"policy must be a QueuePolicy, got {policy!r}")
         with self._lock:
             if self._closed:
                 raise QueueClosedError("RedisQueues is closed")
             queue = self._queues.get(queue_name)
+            if queue is not None and policy is not None and queue._core.policy != policy:
+                raise ConfigurationError(f"queue {queue_name!r} was made with policy "
+                                         f"{queue._core.policy}, not {policy}")
             if queue is None or queue.closed:
                 core = QueueCore(queue_name, self.settings,
                                  quorum_cluster=self.settings.cluster,
-                                 replica_reads=self._replica_reads)
+                                 replica_reads=self._replica_reads, policy=policy)
                 queue = self.queue_class(core, self._driver)
                 self._queues[queue_name] = queue
             return queue

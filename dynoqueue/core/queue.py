@@ -46,6 +46,7 @@ from ..model import validate
 from ..model.keys import QueueKeys
 from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
+from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
 from .requests import (
     QUORUM,
     READ,
@@ -77,6 +78,8 @@ CLUSTER_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
 SLOT_MOVED_ERRORS = (AskError, ClusterDownError, TryAgainError, ReadOnlyError)
 _NODE_LOST = (RedisConnectionError, RedisTimeoutError, *SLOT_MOVED_ERRORS)
 _SET_TIMEOUT_ATTEMPTS = 5
+#: Longest error text a nack records (longer ones are cut): it is kept with the message.
+_MAX_ERROR_CHARS = 4096
 _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
 
 
@@ -115,18 +118,22 @@ class QueueCore:
     """
 
     def __init__(self, name: str, settings: QueueSettings, *, quorum_cluster: bool,
-                 replica_reads: bool) -> None:
+                 replica_reads: bool, policy: QueuePolicy | None = None) -> None:
         self.keys = QueueKeys(settings.key_prefix, name, settings.shards, bool(settings.hash_tag))
         self.name = name
         self.settings = settings
         self.shards = list(settings.shards)
         self.local_shard = settings.local_shard
         self.unack_timeout_ms = settings.unack_timeout_ms
+        #: The policy this process was configured with (None: whatever the queue has stored).
+        self.policy = policy if policy is not None else settings.policy
+        self._policy_checked = self.policy is None
         self._local = self.shards.index(self.local_shard)
         self._local_first = [self._local] + [i for i in range(len(self.shards))
                                              if i != self._local]
         self._strategy = settings.strategy
         self._scripts = scripts.load(settings.doorbell)
+        self._life_keys = self.keys.lifecycle_keys()
         self._quorum_cluster = quorum_cluster
         self._replica_reads = replica_reads
         self._ro_supported = True  # EVALSHA_RO exists (Redis >= 7)
@@ -143,67 +150,74 @@ class QueueCore:
 
     # ----------------------------------------------------------------------------- producing
 
-    def push(self, messages: Iterable[Message]) -> Op[list[str]]:
+    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
+        if if_exists not in ("replace", "keep"):
+            raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
         batch = self._validated(messages)
         if not batch:
             return []
         self._check_open()
-        args: list[Any] = []
-        for message in batch:
-            args += [message.id, message.to_json(), message.timeout, message.priority,
-                     self._shard_index(message) + 1]
-        keys = self.keys.all_keys()
-        head = str(len(self.shards))
-        step = SCRIPT_BATCH * 5
-        chunks = [args[i:i + step] for i in range(0, len(args), step)]
-        if len(chunks) == 1:
-            yield from self._write("push", "push", [(keys, [self._now_arg(), head, *args])])
-        else:
-            # The first chunk fixes "now" for the whole batch; the rest reuse it.
-            (now,) = yield from self._write(
-                "push", "push", [(keys, [self._now_arg(), head, *chunks[0]])], replicate=False)
-            rest = [(keys, [str(now), head, *chunk]) for chunk in chunks[1:]]
-            yield from self._write("push", "push", rest)
-        return [m.id for m in batch]
+        flags = yield from self._push("push", if_exists, batch)
+        return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
 
     def ensure(self, message: Message) -> Op[bool]:
         (message,) = self._validated([message])
         self._check_open()
-        args = [self._now_arg(), str(len(self.shards)), message.id, message.to_json(),
-                message.timeout, message.priority, self._shard_index(message) + 1]
-        (pushed,) = yield from self._write("ensure", "ensure", [(self.keys.all_keys(), args)])
-        return bool(pushed)
+        (pushed,) = yield from self._push("ensure", "ensure", [message])
+        return pushed
+
+    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
+        args: list[Any] = []
+        for m in batch:
+            args += [m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
+                     _opt(m.due_at_ms), _opt(m.max_deliveries), _opt(m.ttl_ms)]
+        keys = self._life_keys
+        step = SCRIPT_BATCH * 8
+        chunks = [args[i:i + step] for i in range(0, len(args), step)]
+        if len(chunks) == 1:
+            replies = yield from self._write(operation, "push",
+                                             [(keys, [self._now_arg(), mode, *args])])
+        else:
+            # The first chunk fixes "now" for the whole batch; the rest reuse it.
+            first = yield from self._write(
+                operation, "push", [(keys, [self._now_arg(), mode, *chunks[0]])],
+                replicate=False)
+            now = first[0][0]
+            replies = first + (yield from self._write(
+                operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
+        return [bool(int(flag)) for reply in replies for flag in reply[1:]]
 
     # ----------------------------------------------------------------------------- consuming
 
-    def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int
-            ) -> Op[list[Message]]:
-        """Lease up to ``count`` due messages; wait up to ``wait_ms`` for them (the waiting-pop
-        state machine: doorbell tickets, next-due wake-ups, the deadline, re-claims)."""
+    def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int,
+            lease_ms: int | None = None, min_count: int | None = None) -> Op[list[Message]]:
+        """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
+        ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
+        wake-ups, the deadline, re-claims)."""
         validate.int_at_least("count", count, 0)
         validate.ms("wait_ms", wait_ms)
+        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
+                                                                            low=1)
+        enough = count if min_count is None else validate.int_at_least("min_count", min_count, 1)
         self._check_open()
         order = self._local_first if all_shards else [self._local]
         if count == 0:
             return []
+        claim = _Claim(order, count, lease)
         if wait_ms == 0:
-            claimed: dict[str, tuple[Message, int]] = {}
-            yield from self._guarded_claim(operation, order, count, claimed)
-            return [m for m, _ in claimed.values()]
+            yield from self._guarded_claim(operation, claim)
+            return claim.messages()
         deadline = time.monotonic() + wait_ms / 1000
         channels = [self.bell_channels[i] for i in order]
-        # By id: if this pop waits longer than the lease, the unack reprocessor may put back a
-        # message it already holds; claiming it again renews the lease, and it is returned once.
-        claimed = {}
         while True:
             try:
                 bell: BellState = yield Ticket(self, channels)
-                next_due_ms = yield from self._guarded_claim(operation, order, count, claimed)
+                next_due_ms = yield from self._guarded_claim(operation, claim)
             except QueueClosedError:  # close() released this waiting pop
-                return [m for m, _ in claimed.values()]
+                return claim.messages()
             remaining = deadline - time.monotonic()
-            if len(claimed) >= count or remaining <= 0 or self.closed:
-                return [m for m, _ in claimed.values()]
+            if len(claim.held) >= min(enough, count) or remaining <= 0 or self.closed:
+                return claim.messages()
             # Rings wake this pop when the subscription is up; without a doorbell at all
             # (Dynomite) only polling finds new messages. Either way the configured poll
             # interval is the longest sleep; a lost subscription re-checks often instead.
@@ -215,148 +229,262 @@ class QueueCore:
             try:
                 yield WaitBell(self, channels, bell.ticket, sleep)
             except Cancelled:
-                yield from self._release(claimed)
+                yield from self._release(claim)
                 raise
 
-    def _guarded_claim(self, operation: str, order: list[int], want: int,
-                       claimed: dict[str, tuple[Message, int]]) -> Op[int | None]:
-        """Claim into ``claimed`` until it holds ``want``; on cancellation put everything this
-        pop leased back (including what a claim in flight leased) before re-raising."""
+    def _guarded_claim(self, operation: str, claim: _Claim) -> Op[int | None]:
+        """Claim until ``claim`` holds its count; on cancellation put everything this pop
+        leased back (including what a claim in flight leased) before re-raising."""
         try:
             next_due: int | None = yield from self._guard(
-                operation, self.keys.queue_shard(self.local_shard),
-                self._claim_once(order, want, claimed))
+                operation, self.keys.queue_shard(self.local_shard), self._claim_once(claim))
             return next_due
         except Cancelled:
-            yield from self._release(claimed)
+            yield from self._release(claim)
             raise
 
-    def _claim_once(self, order: list[int], want: int,
-                    claimed: dict[str, tuple[Message, int]]) -> Op[int | None]:
-        """Claim due messages from the shards in ``order`` until ``claimed`` holds ``want``.
+    def _claim_once(self, claim: _Claim) -> Op[int | None]:
+        """Claim due messages from the shards in order until ``claim`` holds its count.
 
         Returns:
             The ms until the next waiting message of those shards is due (None if none waits).
         """
         next_due: int | None = None
-        for index in order:
+        for index in claim.order:
             shard = self.shards[index]
-            keys = [self.keys.message_hash, self.keys.queue_shard(shard),
-                    self.keys.unack_shard(shard)]
-            while len(claimed) < want:
-                ask = min(want - len(claimed), SCRIPT_BATCH)
+            while len(claim.held) < claim.count:
+                ask = min(claim.count - len(claim.held), SCRIPT_BATCH)
                 try:
                     result = yield from self._script(
-                        QUORUM, "claim", keys, [self._now_arg(), ask, self.unack_timeout_ms])
+                        QUORUM, "claim", self._life_keys,
+                        [self._now_arg(), index + 1, ask, claim.lease_ms])
                 except Cancelled as cancelled:  # the claim ran: what it leased is ours to undo
                     if cancelled.late_reply is not None:
-                        self._take_claim(cancelled.late_reply, shard, claimed)
+                        claim.take(cancelled.late_reply, shard, claim.lease_ms)
                     raise
-                got = self._take_claim(result, shard, claimed)
+                got, undecodable = claim.take(result, shard, claim.lease_ms)
+                if undecodable:
+                    yield from self._script(QUORUM, "bury", self._life_keys,
+                                            [self._now_arg(), index + 1, "undecodable",
+                                             *undecodable])
+                    log.warning("queue %s shard %s: dead-lettered %d undecodable messages",
+                                self.name, shard, len(undecodable))
                 due_in = int(result[1])
                 if due_in >= 0:
                     next_due = due_in if next_due is None else min(next_due, due_in)
-                if got < ask:
+                if got + len(undecodable) < ask:
                     break
-            if len(claimed) >= want:
+            if len(claim.held) >= claim.count:
                 break
         return next_due
 
-    def _take_claim(self, result: Any, shard: str,
-                    claimed: dict[str, tuple[Message, int]]) -> int:
-        lease_until = int(result[0]) + self.unack_timeout_ms
-        raws = result[2:]
-        for raw in raws:
-            message = Message.from_json(raw, shard=shard)
-            claimed[message.id] = (message, lease_until)
-        return len(raws)
-
-    def _release(self, claimed: dict[str, tuple[Message, int]]) -> Op[None]:
+    def _release(self, claim: _Claim) -> Op[None]:
         """Put back what a cancelled pop leased (best effort: failing, the leases expire)."""
-        by_lease: dict[tuple[str, int], list[str]] = {}
-        for message, lease_until in claimed.values():
-            by_lease.setdefault((str(message.shard), lease_until), []).append(message.id)
-        for (shard, lease_until), ids in by_lease.items():
-            keys = [self.keys.message_hash, self.keys.queue_shard(shard),
-                    self.keys.unack_shard(shard)]
+        by_lease: dict[tuple[int, int], list[str]] = {}
+        for message, lease_until in claim.held.values():
+            index = self.shards.index(str(message.shard))
+            by_lease.setdefault((index, lease_until), []).append(message.id)
+        for (index, lease_until), ids in by_lease.items():
             try:
-                yield from self._script(QUORUM, "release", keys,
-                                        [self._now_arg(), lease_until, *ids])
+                yield from self._script(QUORUM, "release", self._life_keys,
+                                        [self._now_arg(), index + 1, lease_until, *ids])
             except (RedisError, RedisClusterException) as exc:
                 log.warning("queue %s: could not put back %d messages of a cancelled pop "
                             "(they return when their lease expires): %s", self.name, len(ids), exc)
-        claimed.clear()
+        claim.held.clear()
 
     def claim_id(self, operation: str, id: str, all_shards: bool) -> Op[Message | None]:
         validate.message_id(id)
         self._check_open()
         order = self._local_first if all_shards else [self._local]
         result = yield from self._guard(operation, self.keys.message_hash, self._script(
-            QUORUM, "claim_id", self._claim_keys(order),
-            [self._now_arg(), id, self.unack_timeout_ms]))
-        return self._claimed_one(result, order)
+            QUORUM, "claim_id", self._life_keys,
+            [self._now_arg(), id, self.unack_timeout_ms, *(i + 1 for i in order)]))
+        return self._claimed_one(result)
 
     def claim_match(self, pattern: str, local_only: bool) -> Op[Message | None]:
         validate.pattern(pattern)
         self._check_open()
         order = [self._local] if local_only else self._local_first
         result = yield from self._guard("pop_msg_with_predicate", self.keys.message_hash,
-                                        self._script(QUORUM, "claim_match", self._claim_keys(order),
+                                        self._script(QUORUM, "claim_match", self._life_keys,
                                                      [self._now_arg(), pattern,
-                                                      self.unack_timeout_ms]))
-        return self._claimed_one(result, order)
+                                                      self.unack_timeout_ms,
+                                                      *(i + 1 for i in order)]))
+        return self._claimed_one(result)
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
-        if isinstance(ids, (str, bytes, Message)):
-            raise InvalidArgumentError("ack_many takes a list of ids, not a single id")
-        checked = [m.id if isinstance(m, Message) else validate.message_id(m) for m in ids]
+        pairs = _id_receipt_pairs("ack_many", ids)
         self._check_attached()
-        if not checked:
+        if not pairs:
             return 0
-        keys = [self.keys.message_hash, *self.keys.all_unack_shards]
-        calls = [(keys, checked[i:i + SCRIPT_BATCH])
-                 for i in range(0, len(checked), SCRIPT_BATCH)]
+        step = SCRIPT_BATCH * 2
+        calls = [(self._life_keys, [self._now_arg(), *pairs[i:i + step]])
+                 for i in range(0, len(pairs), step)]
         return sum(int(n) for n in (yield from self._write("ack", "ack", calls)))
 
-    def ack(self, id: str) -> Op[bool]:
+    def ack(self, id: str, receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
-        return (yield from self.ack_many([id])) == 1
+        receipt = _receipt(receipt)
+        self._check_attached()
+        (acked,) = yield from self._write("ack", "ack",
+                                          [(self._life_keys, [self._now_arg(), id, receipt])])
+        return int(acked) == 1
+
+    def nack(self, id: str, delay_ms: int = 0, error: str | None = None,
+             receipt: str | None = None) -> Op[bool]:
+        validate.message_id(id)
+        ended = yield from self._nack("nack", [id, _receipt(receipt)], delay_ms, error)
+        return ended == 1
+
+    def nack_many(self, ids: Iterable[str | Message], delay_ms: int = 0,
+                  error: str | None = None) -> Op[int]:
+        pairs = _id_receipt_pairs("nack_many", ids)
+        return (yield from self._nack("nack", pairs, delay_ms, error))
+
+    def _nack(self, operation: str, pairs: list[str], delay_ms: int,
+              error: str | None) -> Op[int]:
+        validate.ms("delay_ms", delay_ms)
+        if error is not None and not isinstance(error, str):
+            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        self._check_attached()
+        if not pairs:
+            return 0
+        head = [self._now_arg(), delay_ms, (error or "")[:_MAX_ERROR_CHARS]]
+        step = SCRIPT_BATCH * 2
+        replies = yield from self._write(operation, "nack", [
+            (self._life_keys, [*head, *pairs[i:i + step]]) for i in range(0, len(pairs), step)])
+        return sum(int(again) + int(dead) for again, dead in replies)
 
     def set_lease(self, operation: str, id: str, timeout_ms: int, *,
-                  only_if_shorter: bool) -> Op[bool]:
+                  only_if_shorter: bool, receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
         validate.ms("timeout_ms", timeout_ms)
+        receipt = _receipt(receipt)
         self._check_attached()
-        args = [self._now_arg(), id, timeout_ms, "1" if only_if_shorter else "0"]
+        args = [self._now_arg(), id, timeout_ms, "1" if only_if_shorter else "0", receipt]
         (changed,) = yield from self._write(operation, "set_unack_timeout",
-                                            [(self.keys.all_unack_shards, args)])
+                                            [(self._life_keys, args)])
         return bool(changed)
 
     def set_timeout(self, id: str, timeout_ms: int) -> Op[bool]:
         validate.message_id(id)
         validate.ms("timeout_ms", timeout_ms)
         self._check_attached()
-        keys = [self.keys.message_hash, *self.keys.all_queue_shards]
         for _ in range(_SET_TIMEOUT_ATTEMPTS):
-            raw = yield from self._guard("set_timeout", keys[0], self._command(
-                QUORUM, "HGET", keys[0], id))
+            raw = yield from self._guard("set_timeout", self.keys.message_hash, self._command(
+                QUORUM, "HGET", self.keys.message_hash, id))
             if raw is None:
                 return False
             old = Message.from_json(raw)
             old.timeout = timeout_ms
             args = [self._now_arg(), id, timeout_ms, old.priority, raw, old.to_json()]
-            (status,) = yield from self._write("set_timeout", "set_timeout", [(keys, args)])
+            (status,) = yield from self._write("set_timeout", "set_timeout",
+                                               [(self._life_keys, args)])
             if int(status) >= 0:
                 return int(status) == 1
         raise RedisOperationError(
-            "set_timeout", keys[0],
+            "set_timeout", self.keys.message_hash,
             f"message {id!r} kept changing during {_SET_TIMEOUT_ATTEMPTS} attempts")
 
     def remove(self, id: str) -> Op[bool]:
         validate.message_id(id)
         self._check_attached()
-        (removed,) = yield from self._write("remove", "remove", [(self.keys.all_keys(), [id])])
+        (removed,) = yield from self._write("remove", "remove",
+                                            [(self._life_keys, [self._now_arg(), id])])
         return bool(removed)
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def state(self, id: str) -> Op[MessageState | None]:
+        info = yield from self.info(id)
+        return None if info is None else info.state
+
+    def info(self, id: str) -> Op[MessageInfo | None]:
+        validate.message_id(id)
+        self._check_attached()
+        reply = yield from self._guard("info", self.keys.message_hash, self._script(
+            QUORUM, "inspect", self._life_keys, [self._now_arg(), id]))
+        if not reply:
+            return None
+        state = MessageState[as_text(reply[0])]
+        index, json, score, life, expires, ended_at, record = reply[1:8]
+        shard = self.shards[int(index) - 1] if int(index) else None
+        rec = decode_record(life or record)
+        raw = json or rec.get("j")
+        message = _decoded(raw, shard)
+        leased = state is MessageState.LEASED
+        due = None if leased or not score else int(float(score))
+        if state in (MessageState.ACKED, MessageState.EXPIRED, MessageState.DELETED,
+                     MessageState.DEAD):
+            shard = self._shard_at(rec.get("sh"))
+        return MessageInfo(
+            id=id, state=state, shard=shard,
+            priority=message.priority if message else 0,
+            payload=message.payload if message else None,
+            deliveries=int(rec.get("d") or 0),
+            max_deliveries=_max_deliveries(rec.get("m"), self.policy),
+            enqueued_at_ms=_int_or_none(rec.get("e")),
+            due_at_ms=due,
+            lease_expires_at_ms=int(float(score)) if leased and score else None,
+            expires_at_ms=_int_or_none(expires),
+            ended_at_ms=_int_or_none(ended_at),
+            last_error=rec.get("l"),
+        )
+
+    def dead_letters(self, count: int) -> Op[list[DeadLetter]]:
+        validate.int_at_least("count", count, 0)
+        self._check_attached()
+        if count == 0:
+            return []
+        flat = yield from self._guard("dead_letters", self.keys.dead, self._read_script(
+            "dead_list", [self.keys.dead, self.keys.dead_info], [count]))
+        out = []
+        for i in range(0, len(flat), 3):
+            rec = decode_record(flat[i + 2])
+            shard = self._shard_at(rec.get("sh"))
+            message = _decoded(rec.get("j"), shard) or Message(as_text(flat[i]), shard=shard)
+            message.deliveries = int(rec.get("d") or 0)
+            out.append(DeadLetter(message=message, reason=str(rec.get("r", "")),
+                                  deliveries=message.deliveries, last_error=rec.get("l"),
+                                  died_at_ms=int(float(flat[i + 1]))))
+        return out
+
+    def dead_size(self) -> Op[int]:
+        self._check_attached()
+        size = yield from self._guard("dead_size", self.keys.dead,
+                                      self._command(READ, "ZCARD", self.keys.dead))
+        return int(size)
+
+    def redrive(self, ids: Iterable[str] | None, delay_ms: int) -> Op[int]:
+        validate.ms("delay_ms", delay_ms)
+        if isinstance(ids, (str, bytes)):
+            raise InvalidArgumentError("redrive takes a list of ids (or None for all)")
+        chosen = None if ids is None else [validate.message_id(i) for i in ids]
+        self._check_attached()
+        moved = 0
+        if chosen is not None:
+            for i in range(0, len(chosen), SCRIPT_BATCH):
+                (n,) = yield from self._write("redrive", "redrive", [(self._life_keys, [
+                    self._now_arg(), delay_ms, SCRIPT_BATCH, *chosen[i:i + SCRIPT_BATCH]])])
+                moved += int(n)
+            return moved
+        while True:  # all of them, oldest first, a batch per script call
+            (n,) = yield from self._write("redrive", "redrive", [(self._life_keys, [
+                self._now_arg(), delay_ms, SCRIPT_BATCH])])
+            moved += int(n)
+            if int(n) < SCRIPT_BATCH:
+                return moved
+
+    def purge_dead(self) -> Op[int]:
+        self._check_attached()
+        keys = [self.keys.dead, self.keys.dead_info]
+        purged = 0
+        while True:
+            (n,) = yield from self._write("purge_dead", "purge_dead", [(keys, [SCRIPT_BATCH])])
+            purged += int(n)
+            if int(n) < SCRIPT_BATCH:
+                return purged
 
     # ----------------------------------------------------------------------------- reading
 
@@ -431,32 +559,41 @@ class QueueCore:
     # ----------------------------------------------------------------------------- upkeep
 
     def process_unacks(self) -> Op[int]:
+        """Put back expired leases of the local shard (dead-lettering those at their max
+        deliveries), then the lifecycle sweep: TTL expiry, retention ends, orphaned records."""
         self._check_attached()
-        keys = [self.keys.message_hash, self.keys.queue_shard(self.local_shard),
-                self.keys.unack_shard(self.local_shard)]
-        requeued = stale = 0
-        more = True
-        while more:
-            requeued_now, stale_now, more = yield from self._requeue_batch(keys)
-            requeued += requeued_now
-            stale += stale_now
+        requeued = stale = dead = 0
+        local = self._local + 1
+        while True:
+            (result,) = yield from self._write(
+                "process_unacks", "requeue_expired",
+                [(self._life_keys, [self._now_arg(), local, SCRIPT_BATCH])], replicate=False)
+            requeued += int(result[0])
+            stale += int(result[1])
+            dead += int(result[3])
+            if not int(result[2]):
+                break
+        while True:
+            (swept,) = yield from self._write(
+                "process_unacks", "sweep", [(self._life_keys, [self._now_arg(), SCRIPT_BATCH])],
+                replicate=False)
+            if any(int(n) for n in swept[:5]):
+                log.info("queue %s: %d expired, %d dead-lettered by TTL, %d ended and %d dead "
+                         "letters past retention dropped, %d orphaned records swept",
+                         self.name, *(int(n) for n in swept[:5]))
+            if not int(swept[5]):
+                break
         if stale:
             log.warning("queue %s shard %s: dropped %d leased ids without payload",
                         self.name, self.local_shard, stale)
-        if requeued:
-            log.info("queue %s shard %s: %d expired leases put back",
-                     self.name, self.local_shard, requeued)
+        if requeued or dead:
+            log.info("queue %s shard %s: %d expired leases put back, %d dead-lettered",
+                     self.name, self.local_shard, requeued, dead)
         return requeued
-
-    def _requeue_batch(self, keys: list[str]) -> Op[tuple[int, int, bool]]:
-        (result,) = yield from self._write(
-            "process_unacks", "requeue_expired", [(keys, [self._now_arg(), SCRIPT_BATCH])],
-            replicate=False)
-        return int(result[0]), int(result[1]), bool(int(result[2]))
 
     def clear(self) -> Op[None]:
         self._check_open()
-        keys = self.keys.all_keys()
+        keys = [*self.keys.all_keys(), *self._life_keys[1:9]]
         yield from self._guard("clear", keys[0], self._command(QUORUM, "DEL", *keys))
 
     # ----------------------------------------------------------------------------- checks
@@ -493,22 +630,42 @@ class QueueCore:
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
 
-    def _claim_keys(self, order: list[int]) -> list[str]:
-        return [self.keys.message_hash,
-                *(self.keys.queue_shard(self.shards[i]) for i in order),
-                *(self.keys.unack_shard(self.shards[i]) for i in order)]
+    def _shard_at(self, index: Any) -> str | None:
+        """The shard a stored record names by its 1-based index (None if it names none)."""
+        if isinstance(index, (int, float)) and 1 <= int(index) <= len(self.shards):
+            return self.shards[int(index) - 1]
+        return None
 
-    def _claimed_one(self, result: Any, order: list[int]) -> Message | None:
+    def _claimed_one(self, result: Any) -> Message | None:
         if not result:
             return None
-        position, raw = result
-        return Message.from_json(raw, shard=self.shards[order[int(position) - 1]])
+        index, raw, deliveries, now = result
+        message = Message.from_json(raw, shard=self.shards[int(index) - 1])
+        message.deliveries = int(deliveries)
+        message.receipt = f"{int(deliveries)}:{int(now)}"
+        return message
+
+    def _check_policy(self) -> Op[None]:
+        """At the first call with an explicit policy: store it unless the queue has one, and
+        refuse to go on if what is stored differs (every process must apply the same)."""
+        if self._policy_checked or self.policy is None:
+            return
+        stored = yield from self._script(QUORUM, "policy", [self.keys.policy],
+                                         [self.policy.to_json()])
+        if QueuePolicy.from_json(stored) != self.policy:
+            raise ConfigurationError(
+                f"queue {self.name!r} has policy {QueuePolicy.from_json(stored)} stored, but "
+                f"this process was given {self.policy}; configure every process alike")
+        self._policy_checked = True
 
     # ----------------------------------------------------------------------------- I/O steps
 
     def _guard(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
-        """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`)."""
+        """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`), after
+        the policy check of this queue's first call."""
         self._check_attached()
+        if not self._policy_checked:
+            yield from guarded(operation, key, self._check_policy())
         return (yield from guarded(operation, key, op))
 
     def _command(self, role: str, *args: Any) -> Op[Any]:
@@ -617,3 +774,86 @@ class QueueCore:
                 yield Sleep(pause_s)
                 yield RefreshSlots(QUORUM)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Claim:
+    """What one pop has leased so far (by id: a message the reprocessor put back while this pop
+    waited and that it claimed again is returned once), and its parameters."""
+
+    __slots__ = ("count", "held", "lease_ms", "order")
+
+    def __init__(self, order: list[int], count: int, lease_ms: int) -> None:
+        self.order = order
+        self.count = count
+        self.lease_ms = lease_ms
+        self.held: dict[str, tuple[Message, int]] = {}
+
+    def take(self, result: Any, shard: str, lease_ms: int) -> tuple[int, list[str]]:
+        """Record a claim reply; return how many it leased and the ids that do not decode."""
+        now = int(result[0])
+        lease_until = now + lease_ms
+        undecodable: list[str] = []
+        got = 0
+        for i in range(2, len(result), 3):
+            try:
+                message = Message.from_json(result[i + 1], shard=shard)
+            except InvalidMessageError:
+                undecodable.append(as_text(result[i]))
+                continue
+            deliveries = int(result[i + 2])
+            message.deliveries = deliveries
+            message.receipt = f"{deliveries}:{now}"
+            self.held[message.id] = (message, lease_until)
+            got += 1
+        return got, undecodable
+
+    def messages(self) -> list[Message]:
+        return [m for m, _ in self.held.values()]
+
+
+def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
+    """[id, receipt, id, receipt, ...]: Message objects bring their receipt, ids none."""
+    if isinstance(ids, (str, bytes, Message)) or not isinstance(ids, Iterable):
+        raise InvalidArgumentError(f"{operation} takes a list of ids, not a single id")
+    pairs: list[str] = []
+    for item in ids:
+        if isinstance(item, Message):
+            pairs += [item.id, item.receipt or ""]
+        else:
+            pairs += [validate.message_id(item), ""]
+    return pairs
+
+
+def _opt(value: int | None) -> int | str:
+    return "" if value is None else value
+
+
+def _receipt(receipt: object) -> str:
+    if receipt is None:
+        return ""
+    if not isinstance(receipt, str) or not receipt:
+        raise InvalidArgumentError(f"receipt must be a non-empty str or None, got {receipt!r}")
+    return receipt
+
+
+def _decoded(raw: Any, shard: str | None) -> Message | None:
+    if not raw:
+        return None
+    try:
+        return Message.from_json(raw, shard=shard)
+    except InvalidMessageError:
+        return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or value == "" or value == b"":
+        return None
+    return int(float(value))
+
+
+def _max_deliveries(own: Any, policy: QueuePolicy | None) -> int | None:
+    if own is not None:
+        return int(own)
+    if policy is not None and policy.max_deliveries:
+        return policy.max_deliveries
+    return None

@@ -102,6 +102,61 @@ class QueueKeys:
         """The message hash, then every queue shard, then every unack shard."""
         return [self.message_hash, *self.all_queue_shards, *self.all_unack_shards]
 
+    # Lifecycle keys: additions beside the v1 keys, never inside their formats, so Java v1
+    # clients keep working on the queue. Same hash tag, so one script reaches them all.
+
+    def _extra(self, name: str) -> str:
+        return f"{self.prefix}.{name}.{self._tagged}"
+
+    @property
+    def life(self) -> str:
+        """``P.LIFE.Q``: hash id -> lifecycle record (deliveries, receipt, limits, last error);
+        made at the first delivery, or at push when the message has limits of its own."""
+        return self._extra("LIFE")
+
+    @property
+    def policy(self) -> str:
+        """``P.POLICY.Q``: string, the queue's QueuePolicy as JSON (every process agrees)."""
+        return self._extra("POLICY")
+
+    @property
+    def dead(self) -> str:
+        """``P.DEAD.Q``: zset of dead-lettered ids, scored by when they died (epoch ms)."""
+        return self._extra("DEAD")
+
+    @property
+    def dead_info(self) -> str:
+        """``P.DEADINFO.Q``: hash id -> the dead letter (message JSON, reason, deliveries)."""
+        return self._extra("DEADINFO")
+
+    @property
+    def ended(self) -> str:
+        """``P.ENDED.Q``: hash id -> a retained ended message (acked, expired, deleted)."""
+        return self._extra("ENDED")
+
+    @property
+    def ended_at(self) -> str:
+        """``P.ENDEDAT.Q``: zset of retained ended ids, scored by when they ended."""
+        return self._extra("ENDEDAT")
+
+    @property
+    def expiry(self) -> str:
+        """``P.EXPIRY.Q``: zset of ids with a TTL, scored by when they expire (epoch ms)."""
+        return self._extra("EXPIRY")
+
+    @property
+    def sweep_cursor(self) -> str:
+        """``P.SWEEP.Q``: string, where the orphan sweep of ``P.LIFE.Q`` goes on (HSCAN)."""
+        return self._extra("SWEEP")
+
+    def lifecycle_keys(self) -> list[str]:
+        """What every lifecycle script takes, in this order: message hash, life, policy, dead,
+        dead info, ended, ended at, expiry, sweep cursor, every queue shard, every unack shard
+        (the prelude's ``K`` names them)."""
+        return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
+                self.ended, self.ended_at, self.expiry, self.sweep_cursor,
+                *self.all_queue_shards, *self.all_unack_shards]
+
 
 @dataclass(frozen=True)
 class StreamKeys:

@@ -8,7 +8,7 @@ filled in on messages returned by a pop).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -35,10 +35,21 @@ class Message:
         priority: 0..99. Only orders messages that fall due in the same millisecond; the lower
             number is delivered first (score = due ms + priority / 100, as in dyno-queues).
         shard: the shard a popped message came from; ignored by push.
+        due_at_ms: (keyword) absolute due time, epoch ms (RMQ's fixed-time messages); a time in
+            the past means due now. Exclusive with ``timeout > 0``.
+        max_deliveries: (keyword) deliver at most this many times, >= 1, overriding the queue
+            policy's ``max_deliveries`` (Camellia's maxRetry, SQS's maxReceiveCount).
+        ttl_ms: (keyword) end the message if it is not acked within this many ms of falling
+            due, >= 1, overriding the policy's ``message_ttl_ms`` (Camellia's ttlMillis).
+
+    Popped messages also carry ``deliveries`` (1 on the first delivery: SQS's
+    ApproximateReceiveCount) and ``receipt`` (an opaque str, new on every delivery: pass it to
+    ack/nack/set_unack_timeout to act only on that lease, as SQS's receipt handle).
 
     Raises:
         InvalidMessageError: (a ValueError) for an empty or non-string id, a non-string payload,
-            a negative or non-integer timeout, or a priority outside 0..99.
+            a negative or non-integer timeout, a priority outside 0..99, a bad ``due_at_ms``
+            (or one given with a timeout), or a ``max_deliveries``/``ttl_ms`` below 1.
 
     Messages compare equal, and hash, by id only, as in dyno-queues.
     """
@@ -48,6 +59,11 @@ class Message:
     timeout: int = 0
     priority: int = 0
     shard: str | None = None
+    due_at_ms: int | None = field(default=None, kw_only=True)
+    max_deliveries: int | None = field(default=None, kw_only=True)
+    ttl_ms: int | None = field(default=None, kw_only=True)
+    deliveries: int = field(default=0, kw_only=True)
+    receipt: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -76,6 +92,15 @@ class Message:
                 f"message {self.id!r}: priority must be an int in {MIN_PRIORITY}..{MAX_PRIORITY}, "
                 f"got {self.priority!r}"
             )
+        for name, low in (("due_at_ms", 0), ("max_deliveries", 1), ("ttl_ms", 1)):
+            value = getattr(self, name)
+            if value is not None and (not is_int(value) or value < low):
+                raise InvalidMessageError(
+                    f"message {self.id!r}: {name} must be None or an int >= {low}, "
+                    f"got {value!r}")
+        if self.due_at_ms is not None and self.timeout:
+            raise InvalidMessageError(
+                f"message {self.id!r}: give either due_at_ms or a timeout, not both")
         if self.shard is not None and not isinstance(self.shard, str):
             raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
         _utf8_size("id", self.id)
@@ -140,6 +165,8 @@ class Message:
         message.timeout = _stored_int(doc.get("timeout"))
         message.priority = _stored_int(doc.get("priority"))
         message.shard = shard
+        message.due_at_ms = message.max_deliveries = message.ttl_ms = message.receipt = None
+        message.deliveries = 0
         return message
 
 

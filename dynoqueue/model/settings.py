@@ -15,6 +15,7 @@ from ..errors import ConfigurationError
 from .keys import check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
+from .states import QueuePolicy
 from .validate import int_at_least
 
 
@@ -35,6 +36,9 @@ class QueueOptions(TypedDict, total=False):
         hash_tag: wrap queue names in a Cluster hash tag; default: on for Redis Cluster.
         doorbell: scripts PUBLISH a doorbell that wakes waiting pops (default True; False for
             servers without pub/sub, such as Dynomite).
+        policy: the :class:`~dynoqueue.model.states.QueuePolicy` of every queue of the factory
+            (max deliveries, TTL, retention); None (default): whatever each queue has stored,
+            else dyno-queues' behaviour (no limits).
     """
 
     unack_timeout_ms: int
@@ -47,6 +51,7 @@ class QueueOptions(TypedDict, total=False):
     poll_interval_ms: int
     hash_tag: bool | None
     doorbell: bool
+    policy: QueuePolicy | None
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class QueueSettings:
     poll_interval_ms: int = 1000
     hash_tag: bool | None = None
     doorbell: bool = True
+    policy: QueuePolicy | None = None
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -110,6 +116,8 @@ class QueueSettings:
                           ("write_quorum", 0), ("write_quorum_timeout_ms", 1),
                           ("max_payload_bytes", 1), ("poll_interval_ms", 1)):
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+        if self.policy is not None and not isinstance(self.policy, QueuePolicy):
+            raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
         if self.clock is not None and not callable(self.clock):
             raise ConfigurationError("clock must be a callable returning epoch milliseconds")
         strategy = self.sharding_strategy

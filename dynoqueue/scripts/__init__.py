@@ -15,7 +15,6 @@ from importlib import resources
 #: Scripts that change state: they run on the quorum connection.
 WRITE_SCRIPTS = (
     "push",
-    "ensure",
     "claim",
     "claim_id",
     "claim_match",
@@ -25,9 +24,15 @@ WRITE_SCRIPTS = (
     "remove",
     "requeue_expired",
     "release",
+    "nack",
+    "sweep",
+    "redrive",
+    "purge_dead",
+    "policy",
+    "bury",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
-READ_SCRIPTS = ("peek", "find_match", "find_stale")
+READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list")
 
 _DOORBELL_ON = "local DOORBELL = true"
 

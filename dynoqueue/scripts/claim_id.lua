@@ -1,20 +1,26 @@
 -- claim_id: lease one message by id if it is waiting and due (DynoQueue.pop_with_msg_id and
 -- unsafe_pop_with_msg_id_all_shards). Shards are tried in the order given.
--- KEYS: [1] message hash, [2..k+1] queue zsets to search, [k+2..2k+1] their unack zsets
--- ARGV: [1] now override or '', [2] id, [3] unack timeout ms
--- Returns: {shard position (1..k), json}, or false when not waiting, not yet due, or unknown.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] id, [3] lease ms, [4..] shard indexes to search, in order
+-- Returns: {shard index, json, deliveries, now}, or false when not waiting, not yet due, unknown,
+-- or ended by its TTL.
+local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
-local k = (#KEYS - 1) / 2
-for s = 1, k do
-  local score = redis.call('ZSCORE', KEYS[1 + s], id)
+local p = policy_of(k)
+for i = 4, #ARGV do
+  local s = tonumber(ARGV[i])
+  local score = redis.call('ZSCORE', k.queue(s), id)
   if score then
     if tonumber(score) >= now + 1 then return false end
-    local json = redis.call('HGET', KEYS[1], id)
-    redis.call('ZREM', KEYS[1 + s], id)
-    if not json then return false end
-    redis.call('ZADD', KEYS[1 + k + s], now + tonumber(ARGV[3]), id)
-    return {s, json}
+    local json = redis.call('HGET', k.msg, id)
+    if not json then
+      redis.call('ZREM', k.queue(s), id)
+      return false
+    end
+    local deliveries = lease(k, p, id, s, now, tonumber(ARGV[3]))
+    if not deliveries then return false end
+    return {s, json, deliveries, now}
   end
 end
 return false

@@ -1,26 +1,40 @@
--- requeue_expired: put back messages whose lease expired (DynoQueue.process_unacks, run by the
--- unack reprocessor thread).
--- KEYS: [1] message hash, [2] queue zset of the shard, [3] unack zset of the shard
--- ARGV: [1] now override or '', [2] batch size (1..1000)
--- Returns: {requeued, stale (leased ids without payload, dropped), 1 if more expired leases remain}
--- A requeued message is due at its lease expiry (already past, so at once, oldest lease first) plus
--- its priority fraction.
+-- requeue_expired: put back messages of one shard whose lease expired (DynoQueue.process_unacks,
+-- run by the unack reprocessor); one whose lease was its max deliveries-th is dead-lettered.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] shard index, [3] batch size (1..1000)
+-- Returns: {requeued, stale (leased ids without payload, dropped), 1 if more expired leases
+-- remain, dead-lettered}
+-- A requeued message is due at its lease expiry (already past, so at once, oldest lease first)
+-- plus its priority fraction.
+local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local limit = tonumber(ARGV[2])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now), 'WITHSCORES', 'LIMIT', 0, limit)
-local requeued, stale = 0, 0
+local s = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local unack, queue = k.unack(s), k.queue(s)
+local expired = redis.call('ZRANGEBYSCORE', unack, '-inf', string.format('%.0f', now), 'WITHSCORES', 'LIMIT', 0, limit)
+local p = nil
+local requeued, stale, dead = 0, 0, 0
 for i = 1, #expired, 2 do
   local id = expired[i]
-  local json = redis.call('HGET', KEYS[1], id)
-  redis.call('ZREM', KEYS[3], id)
-  if json then
-    redis.call('ZADD', KEYS[2], math.floor(tonumber(expired[i + 1])) + priority_of(json) / 100, id)
-    requeued = requeued + 1
-  else
+  local json = redis.call('HGET', k.msg, id)
+  redis.call('ZREM', unack, id)
+  if not json then
+    redis.call('HDEL', k.life, id)
     stale = stale + 1
+  else
+    p = p or policy_of(k)
+    local rec = life_of(k, id)
+    local most = max_deliveries(rec, p)
+    if most > 0 and (rec.d or 0) >= most then
+      dead_letter(k, id, 'max_deliveries', now, s)
+      dead = dead + 1
+    else
+      redis.call('ZADD', queue, math.floor(tonumber(expired[i + 1])) + priority_of(json) / 100, id)
+      requeued = requeued + 1
+    end
   end
 end
-if requeued > 0 then ring(KEYS[2]) end
+if requeued > 0 then ring(queue) end
 local more = 0
 if #expired == 2 * limit then more = 1 end
-return {requeued, stale, more}
+return {requeued, stale, more, dead}

@@ -1,0 +1,140 @@
+"""The message lifecycle: the queue policy, the seven states, and what state()/info() and
+dead_letters() return.
+
+States follow Camellia's delay queue (its codes 1..7); Youzan's delay/ready/reserved/deleted and
+SQS's visible/in-flight map onto them (see ``docs/semantics.md``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..errors import ConfigurationError
+from .message import Message
+from .validate import int_at_least
+
+#: Dead letters are kept 7 days unless the policy says otherwise.
+DEFAULT_DEAD_LETTER_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """How a queue's messages end. Stored in Redis with the queue, so every producer, consumer
+    and reprocessor applies the same one; a process configured with a different policy gets a
+    :class:`~dynoqueue.errors.ConfigurationError` at its first call.
+
+    Args:
+        max_deliveries: 0 = unlimited (dyno-queues). n >= 1: a message is delivered at most n
+            times; when its n-th lease ends without ack (expiry or nack) it is dead-lettered.
+            Mirrors Camellia's maxRetry, SQS's maxReceiveCount, RMQ's 16 retries.
+        message_ttl_ms: 0 = none. A message not acked within this many ms of falling due ends:
+            EXPIRED if it was never delivered, dead-lettered (reason "ttl") if it was.
+        retention_ms: how long an ended message (acked, expired, deleted) stays queryable
+            through ``state()``/``info()``, payload included; 0 = deleted at once (dyno-queues).
+        dead_letter_retention_ms: how long dead letters are kept, >= 1 (default 7 days).
+
+    Raises:
+        ConfigurationError: (a ValueError) a value that is not an int in range.
+    """
+
+    max_deliveries: int = 0
+    message_ttl_ms: int = 0
+    retention_ms: int = 0
+    dead_letter_retention_ms: int = DEFAULT_DEAD_LETTER_RETENTION_MS
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_deliveries", 0), ("message_ttl_ms", 0), ("retention_ms", 0),
+                          ("dead_letter_retention_ms", 1)):
+            int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+
+    def to_json(self) -> str:
+        """The stored form (short names the scripts read: max, ttl, ret, dret)."""
+        return orjson.dumps({"max": self.max_deliveries, "ttl": self.message_ttl_ms,
+                             "ret": self.retention_ms,
+                             "dret": self.dead_letter_retention_ms}).decode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> QueuePolicy:
+        """The policy a queue has stored.
+
+        Raises:
+            ConfigurationError: the stored text is not a policy.
+        """
+        try:
+            doc = orjson.loads(raw)
+            return cls(int(doc["max"]), int(doc["ttl"]), int(doc["ret"]), int(doc["dret"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"the stored queue policy is unreadable: {raw!r:.80}") from exc
+
+
+class MessageState(enum.Enum):
+    """Where a message is in its lifecycle; ``.code`` is Camellia's number for it."""
+
+    DELAYED = 1  #: waiting, not yet due
+    READY = 2  #: waiting and due: the next pop may take it
+    LEASED = 3  #: popped, not acked yet (SQS in-flight, Youzan reserved)
+    ACKED = 4  #: acked (kept only during the retention)
+    EXPIRED = 5  #: its TTL ran out before it was ever delivered (kept during the retention)
+    DEAD = 6  #: dead-lettered: max deliveries, TTL after delivery, or undecodable
+    DELETED = 7  #: removed (kept only during the retention)
+
+    @property
+    def code(self) -> int:
+        """Camellia's state code, 1..7."""
+        return int(self.value)
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """What :meth:`DynoQueue.info` tells about one message. Times are epoch ms, None when they
+    do not apply (or were not recorded: a message without limits of its own, pushed under a
+    policy with no TTL, has no record until its first delivery, so no ``enqueued_at_ms``).
+    """
+
+    id: str
+    state: MessageState
+    shard: str | None
+    priority: int
+    payload: str | None
+    deliveries: int
+    max_deliveries: int | None
+    enqueued_at_ms: int | None
+    due_at_ms: int | None
+    lease_expires_at_ms: int | None
+    expires_at_ms: int | None
+    ended_at_ms: int | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered message (:meth:`DynoQueue.dead_letters`).
+
+    Attributes:
+        message: the message as it was pushed (``deliveries`` set).
+        reason: "max_deliveries", "ttl" or "undecodable".
+        deliveries: how many times it was delivered.
+        last_error: the error text of its last nack, or None.
+        died_at_ms: when it was dead-lettered, epoch ms.
+    """
+
+    message: Message
+    reason: str
+    deliveries: int
+    last_error: str | None
+    died_at_ms: int
+
+
+def decode_record(raw: Any) -> dict[str, Any]:
+    """A lifecycle, ended or dead record stored by the scripts ({} when absent or unreadable)."""
+    if not raw:
+        return {}
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -1,0 +1,36 @@
+-- inspect: where a message is in its lifecycle (DynoQueue.state / info). Read-only.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] id
+-- Returns: false if unknown (or its retention ended), else
+--   {state, shard index or 0, json or '', score or '' (waiting: due + priority/100; leased:
+--    lease expiry), life record JSON or '', expires at or '', ended/died at or '',
+--    ended/dead record JSON or ''}
+-- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED.
+local k = lifecycle_keys()
+local now = now_ms(ARGV[1])
+local id = ARGV[2]
+local json = redis.call('HGET', k.msg, id)
+if json then
+  local s, place = where(k, id)
+  if not place then return false end
+  local life = redis.call('HGET', k.life, id) or ''
+  local expires = redis.call('ZSCORE', k.expiry, id) or ''
+  local score
+  local state
+  if place == 'unack' then
+    score, state = redis.call('ZSCORE', k.unack(s), id), 'LEASED'
+  else
+    score = redis.call('ZSCORE', k.queue(s), id)
+    if tonumber(score) < now + 1 then state = 'READY' else state = 'DELAYED' end
+  end
+  return {state, s, json, score, life, expires, '', ''}
+end
+local dead = redis.call('HGET', k.deadinfo, id)
+if dead then return {'DEAD', 0, '', '', '', '', redis.call('ZSCORE', k.dead, id) or '', dead} end
+local ended = redis.call('HGET', k.ended, id)
+if ended then
+  local ok, doc = pcall(cjson.decode, ended)
+  local state = (ok and type(doc) == 'table' and doc.s) or 'ACKED'
+  return {state, 0, '', '', '', '', redis.call('ZSCORE', k.endedat, id) or '', ended}
+end
+return false

@@ -1,0 +1,40 @@
+-- redrive: dead letters back to waiting, their delivery count reset (DynoQueue.redrive, SQS's
+-- redrive). Each returns to the shard it died in, due after the delay, with its priority.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] delay ms (>= 0), [3] most to move when no ids are given,
+--       [4..] ids (none: the oldest dead letters)
+-- Returns: how many were moved.
+local k = lifecycle_keys()
+local now = now_ms(ARGV[1])
+local delay = tonumber(ARGV[2])
+local p = policy_of(k)
+local ids = {}
+if #ARGV >= 4 then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', k.dead, 0, tonumber(ARGV[3]) - 1)
+end
+local moved = 0
+for _, id in ipairs(ids) do
+  local raw = redis.call('HGET', k.deadinfo, id)
+  local ok, info = false, nil
+  if raw then ok, info = pcall(cjson.decode, raw) end
+  if ok and type(info) == 'table' and info.j and redis.call('HEXISTS', k.msg, id) == 0 then
+    local s = tonumber(info.sh) or 1
+    if s < 1 or s > k.n then s = 1 end
+    local due = now + delay
+    local score = due + priority_of(info.j) / 100
+    local first = earliest(k.queue(s))
+    redis.call('HSET', k.msg, id, info.j)
+    redis.call('ZADD', k.queue(s), score, id)
+    local own_max = tonumber(info.m)
+    local ttl = tonumber(info.t) or p.ttl
+    if own_max or ttl > 0 then save_life(k, id, {e = now, m = own_max, t = info.t}) end
+    if ttl > 0 then redis.call('ZADD', k.expiry, due + ttl, id) end
+    redis.call('ZREM', k.dead, id)
+    redis.call('HDEL', k.deadinfo, id)
+    if first == nil or score < first then ring(k.queue(s)) end
+    moved = moved + 1
+  end
+end
+return moved

@@ -1,0 +1,54 @@
+-- sweep: the lifecycle upkeep the unack reprocessor runs for each queue, bounded per call:
+-- messages whose TTL ran out end (EXPIRED if never delivered, else dead-lettered "ttl"), retained
+-- ended messages and dead letters past their retention are dropped, and lifecycle records whose
+-- message is gone (acked or removed by a Java v1 client) are swept.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] most ids to handle per kind (1..1000)
+-- Returns: {expired, dead-lettered by TTL, ended dropped, dead letters dropped, orphans swept,
+--           1 if more remains}
+local k = lifecycle_keys()
+local now = now_ms(ARGV[1])
+local limit = tonumber(ARGV[2])
+local p = policy_of(k)
+local expired, dead_ttl, ended_dropped, dead_dropped, orphans, more = 0, 0, 0, 0, 0, 0
+local bound = string.format('%.0f', now)
+
+local due = redis.call('ZRANGEBYSCORE', k.expiry, '-inf', bound, 'LIMIT', 0, limit)
+for _, id in ipairs(due) do
+  local s, place = where(k, id)
+  if not place or redis.call('HEXISTS', k.msg, id) == 0 then
+    redis.call('ZREM', k.expiry, id)
+  elseif (life_of(k, id).d or 0) > 0 then
+    dead_letter(k, id, 'ttl', now, s)
+    dead_ttl = dead_ttl + 1
+  else
+    end_message(k, p, id, 'EXPIRED', now, s)
+    expired = expired + 1
+  end
+end
+if #due == limit then more = 1 end
+
+local function drop(zset, hash, older_than)
+  local ids = redis.call('ZRANGEBYSCORE', zset, '-inf', string.format('%.0f', older_than), 'LIMIT', 0, limit)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', zset, id)
+    redis.call('HDEL', hash, id)
+  end
+  if #ids == limit then more = 1 end
+  return #ids
+end
+ended_dropped = drop(k.endedat, k.ended, now - p.ret)
+dead_dropped = drop(k.dead, k.deadinfo, now - p.dret)
+
+local cursor = redis.call('GET', k.sweep) or '0'
+local page = redis.call('HSCAN', k.life, cursor, 'COUNT', limit)
+for i = 1, #page[2], 2 do
+  local id = page[2][i]
+  if redis.call('HEXISTS', k.msg, id) == 0 then
+    redis.call('HDEL', k.life, id)
+    redis.call('ZREM', k.expiry, id)
+    orphans = orphans + 1
+  end
+end
+if page[1] == '0' then redis.call('DEL', k.sweep) else redis.call('SET', k.sweep, page[1]) end
+return {expired, dead_ttl, ended_dropped, dead_dropped, orphans, more}

@@ -1,0 +1,335 @@
+"""The message lifecycle on every deployment and both APIs: delivery counts and receipts, nack,
+max deliveries and dead letters, redrive, TTL, retention, states, dedup, fixed due times,
+per-pop leases, undecodable messages, Java-written messages and the stored policy.
+
+Time is an injected FakeClock, so every expiry is exact; process_unacks() runs what the unack
+reprocessor runs (lease expiry, then the lifecycle sweep).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dynoqueue import (
+    ConfigurationError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    Message,
+    MessageState,
+    QueuePolicy,
+    SingleShardSupplier,
+)
+
+from .conftest import FakeClock, unique
+
+
+@pytest.fixture
+def make(make_queues, clock: FakeClock) -> Callable[..., Any]:
+    """A queue on one shard "a" with the injected clock and a 1 s lease."""
+
+    def build(policy: QueuePolicy | None = None, **settings: Any) -> Any:
+        queues = make_queues(shard_supplier=SingleShardSupplier("a"), clock=clock,
+                             unack_timeout_ms=1000, **settings)
+        return queues.get(unique("life"), policy)
+
+    return build
+
+
+def expire_leases(q: Any, clock: FakeClock, ms: int = 1001) -> None:
+    clock.advance(ms)
+    q.process_unacks()
+
+
+# ------------------------------------------------------------------ deliveries and receipts
+
+
+def test_each_delivery_is_counted_and_gets_a_new_receipt(make, clock) -> None:
+    q = make()
+    q.push([Message("m")])
+    (first,) = q.pop(1)
+    assert (first.deliveries, first.shard) == (1, "a") and first.receipt
+    expire_leases(q, clock)
+    (second,) = q.pop(1)
+    assert second.deliveries == 2 and second.receipt != first.receipt
+    assert not q.ack("m", receipt=first.receipt)  # a late consumer cannot end the new lease
+    assert not q.set_unack_timeout("m", 60_000, receipt=first.receipt)
+    assert q.set_unack_timeout("m", 60_000, receipt=second.receipt)
+    assert q.ack("m", receipt=second.receipt)
+    assert q.state("m") is None
+
+
+def test_ack_many_with_messages_acks_only_their_own_leases(make, clock) -> None:
+    q = make()
+    q.push([Message("a"), Message("b")])
+    stale = q.pop(2)
+    expire_leases(q, clock)
+    fresh = q.pop(2)
+    assert q.ack_many(stale) == 0
+    assert q.ack_many(fresh) == 2
+
+
+def test_waiting_messages_cost_no_lifecycle_record_by_default(make, raw) -> None:
+    q = make()
+    q.push([Message(f"m{i}") for i in range(20)])
+    assert raw.hlen(q.keys.life) == 0  # made at the first delivery only
+    popped = q.pop(5)
+    assert raw.hlen(q.keys.life) == 5
+    assert q.ack_many(popped) == 5
+    assert raw.hlen(q.keys.life) == 0
+
+
+# ------------------------------------------------------------------ nack, max deliveries, dead
+
+
+def test_nack_makes_the_message_due_after_the_delay_and_records_the_error(make, clock) -> None:
+    q = make()
+    q.push([Message("m", priority=7)])
+    (m,) = q.pop(1)
+    assert q.nack("m", 5000, error="boom", receipt=m.receipt)
+    assert not q.nack("m")  # no longer leased
+    info = q.info("m")
+    assert info.state is MessageState.DELAYED and info.last_error == "boom"
+    assert info.due_at_ms == clock.now_ms + 5000 and info.priority == 7
+    clock.advance(4999)
+    assert q.pop(1) == []
+    clock.advance(1)
+    assert [x.deliveries for x in q.pop(1)] == [2]
+
+
+def test_a_consumer_dying_5_times_with_max_deliveries_3_ends_dead_after_3(make, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=3))
+    q.push([Message("poison", "p")])
+    deliveries = []
+    for _ in range(5):
+        deliveries += [m.deliveries for m in q.pop(1)]
+        expire_leases(q, clock)  # the consumer died: its lease runs out
+    assert deliveries == [1, 2, 3]
+    assert q.state("poison") is MessageState.DEAD and q.size() == 0 and q.dead_size() == 1
+    (dead,) = q.dead_letters()
+    assert (dead.reason, dead.deliveries, dead.message.id, dead.message.payload) == (
+        "max_deliveries", 3, "poison", "p")
+    assert dead.died_at_ms == clock.now_ms - 2 * 1001  # at the end of the third lease
+
+
+def test_nack_at_the_last_delivery_dead_letters_with_the_error(make) -> None:
+    q = make()
+    q.push([Message("m", max_deliveries=2)])
+    q.pop(1)
+    assert q.nack("m", error="first")
+    q.pop(1)
+    assert q.nack("m", error="second")
+    (dead,) = q.dead_letters()
+    assert (dead.reason, dead.deliveries, dead.last_error) == ("max_deliveries", 2, "second")
+    assert q.info("m").state is MessageState.DEAD
+
+
+def test_redrive_puts_dead_letters_back_with_counts_reset(make, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=1))
+    q.push([Message("x"), Message("y"), Message("z")])
+    for m in q.pop(3):
+        q.nack(m.id)
+    assert q.dead_size() == 3
+    assert q.redrive(["x", "unknown"], delay_ms=100) == 1
+    assert q.state("x") is MessageState.DELAYED
+    clock.advance(100)
+    (x,) = q.pop(1)
+    assert (x.id, x.deliveries) == ("x", 1)
+    assert q.redrive() == 2 and q.dead_size() == 0
+    assert q.purge_dead() == 0
+    for m in q.pop(2):
+        q.nack(m.id)
+    assert q.purge_dead() == 2 and q.dead_letters() == []
+
+
+# ------------------------------------------------------------------ TTL and retention
+
+
+def test_ttl_expires_undelivered_messages_and_dead_letters_delivered_ones(make, clock) -> None:
+    q = make(QueuePolicy(message_ttl_ms=10_000, retention_ms=60_000))
+    q.push([Message("never"), Message("tried")])
+    tried = q.pop_with_msg_id("tried")
+    assert tried is not None and tried.deliveries == 1
+    assert q.info("never").expires_at_ms == clock.now_ms + 10_000
+    clock.advance(10_000)
+    q.process_unacks()
+    assert q.state("never") is MessageState.EXPIRED
+    assert q.state("tried") is MessageState.DEAD
+    assert [d.reason for d in q.dead_letters()] == ["ttl"]
+    assert q.pop(5) == []
+
+
+def test_a_message_past_its_ttl_is_never_delivered_even_before_the_sweep(make, clock) -> None:
+    q = make()
+    q.push([Message("short", ttl_ms=1000), Message("long")])
+    clock.advance(1000)
+    assert [m.id for m in q.pop(5)] == ["long"]
+    assert q.state("short") is None  # expired, no retention
+
+
+def test_retention_keeps_ended_messages_queryable_until_it_ends(make, clock) -> None:
+    q = make(QueuePolicy(retention_ms=5000))
+    q.push([Message("acked", "payload"), Message("removed")])
+    q.pop_with_msg_id("acked")
+    assert q.ack("acked")
+    assert q.remove("removed")
+    info = q.info("acked")
+    assert (info.state, info.payload, info.deliveries, info.ended_at_ms) == (
+        MessageState.ACKED, "payload", 1, clock.now_ms)
+    assert q.state("removed") is MessageState.DELETED
+    assert q.get("acked") is None and q.size() == 0  # gone from the queue itself
+    clock.advance(5001)
+    q.process_unacks()
+    assert q.state("acked") is None and q.state("removed") is None
+
+
+# ------------------------------------------------------------------ states and info
+
+
+def test_states_follow_the_message(make, clock) -> None:
+    q = make()
+    q.push([Message("m", "p", timeout=500, priority=3)])
+    assert q.state("m") is MessageState.DELAYED and MessageState.DELAYED.code == 1
+    clock.advance(500)
+    assert q.state("m") is MessageState.READY
+    (m,) = q.pop(1, lease_ms=7000)
+    info = q.info("m")
+    assert (info.state, info.shard, info.priority, info.payload, info.deliveries) == (
+        MessageState.LEASED, "a", 3, "p", 1)
+    assert info.lease_expires_at_ms == clock.now_ms + 7000
+    assert q.ack("m", receipt=m.receipt)
+    assert q.state("m") is None and q.info("unknown") is None
+
+
+# ------------------------------------------------------------------ push options
+
+
+def test_keep_mode_lets_the_first_push_win(make) -> None:
+    q = make()
+    assert q.push([Message("d", "first")], if_exists="keep") == ["d"]
+    assert q.push([Message("d", "second"), Message("e")], if_exists="keep") == ["e"]
+    assert q.get("d").payload == "first"
+    assert q.push([Message("d", "third")]) == ["d"]  # replace, dyno-queues' default
+    assert q.get("d").payload == "third"
+    with pytest.raises(InvalidArgumentError):
+        q.push([Message("f")], if_exists="merge")
+
+
+def test_keep_mode_racing_8_producers_on_one_id_yields_one_message(make) -> None:
+    q = make()
+    won: list[list[str]] = []
+    start = threading.Barrier(8)
+
+    def produce(n: int) -> None:
+        start.wait()
+        won.append(q.push([Message("once", f"producer {n}")], if_exists="keep"))
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won, key=len) == [[]] * 7 + [["once"]]
+    assert q.size() == 1
+
+
+def test_fixed_due_times(make, clock) -> None:
+    q = make()
+    q.push([Message("later", due_at_ms=clock.now_ms + 3000),
+            Message("past", due_at_ms=clock.now_ms - 60_000)])
+    assert [m.id for m in q.pop(5)] == ["past"]
+    assert q.info("later").due_at_ms == clock.now_ms + 3000
+    clock.advance(3000)
+    assert [m.id for m in q.pop(5)] == ["later"]
+    with pytest.raises(InvalidMessageError):
+        Message("both", timeout=5, due_at_ms=1)
+
+
+def test_min_count_returns_as_soon_as_enough_are_leased(make_queues) -> None:
+    q = make_queues(shard_supplier=SingleShardSupplier("a")).get(unique())
+    q.push([Message("one")])
+    assert [m.id for m in q.pop(10, wait_ms=5000, min_count=1)] == ["one"]
+    with pytest.raises(InvalidArgumentError):
+        q.pop(10, min_count=0)
+    with pytest.raises(InvalidArgumentError):
+        q.pop(10, lease_ms=0)
+
+
+# ------------------------------------------------------------------ robustness
+
+
+def test_a_poison_message_among_50_valid_ones_is_dead_lettered_and_the_rest_delivered(
+        make, raw, clock) -> None:
+    q = make()
+    q.push([Message(f"ok{i}") for i in range(50)])
+    raw.hset(q.keys.message_hash, "bad", "{not json")
+    raw.zadd(q.keys.queue_shard("a"), {"bad": clock.now_ms - 1})
+    got = q.pop(60)
+    assert sorted(m.id for m in got) == sorted(f"ok{i}" for i in range(50))
+    (dead,) = q.dead_letters()
+    assert (dead.message.id, dead.reason) == ("bad", "undecodable")
+    assert q.shard_sizes()["a"] == {"size": 0, "uacked": 50}
+
+
+def test_a_java_written_message_without_lifecycle_data_is_counted_from_its_first_pop(
+        make, raw, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=2))
+    raw.hset(q.keys.message_hash, "java", '{"id":"java","payload":"j","timeout":0,"priority":0}')
+    raw.zadd(q.keys.queue_shard("a"), {"java": clock.now_ms})
+    q.pop(1)  # the policy is checked (and stored) at this first call
+    assert q.info("java").deliveries == 1
+    expire_leases(q, clock)
+    assert [x.deliveries for x in q.pop(1)] == [2]
+    expire_leases(q, clock)
+    assert q.state("java") is MessageState.DEAD
+
+
+def test_lifecycle_data_never_outlives_a_message_a_java_client_acked(make, raw) -> None:
+    q = make()
+    q.push([Message("j")])
+    q.pop(1)
+    assert raw.hexists(q.keys.life, "j")
+    raw.zrem(q.keys.unack_shard("a"), "j")  # what the Java client's ack does
+    raw.hdel(q.keys.message_hash, "j")
+    q.process_unacks()
+    assert not raw.hexists(q.keys.life, "j")
+
+
+def test_the_stored_policy_must_match_every_process(make_queues, clock) -> None:
+    name = unique("policy")
+    first = make_queues(shard_supplier=SingleShardSupplier("a")).get(
+        name, QueuePolicy(max_deliveries=3))
+    first.push([Message("m")])
+    other = make_queues(key_prefix=first.keys.prefix,
+                        shard_supplier=SingleShardSupplier("a")).get(
+        name, QueuePolicy(max_deliveries=5))
+    with pytest.raises(ConfigurationError, match="max_deliveries=3"):
+        other.size()
+    adopting = make_queues(key_prefix=first.keys.prefix,
+                           shard_supplier=SingleShardSupplier("a")).get(name)
+    adopting.pop(1)
+    adopting.nack("m")
+    adopting.pop(1)
+    adopting.nack("m")
+    adopting.pop(1)
+    adopting.nack("m")  # the third delivery was the last: the stored policy applies
+    assert adopting.state("m") is MessageState.DEAD
+
+
+def test_nack_many_ends_many_leases_in_one_call(make, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=2))
+    q.push([Message(f"m{i}") for i in range(6)])
+    first = q.pop(6)
+    assert q.nack_many(first[:3], 1000, error="busy") == 3
+    assert q.nack_many([m.id for m in first[3:]] + ["not-leased"]) == 3
+    clock.advance(1000)
+    second = q.pop(6)
+    assert sorted(m.deliveries for m in second) == [2] * 6
+    assert q.nack_many(second) == 6  # the second delivery was the last
+    assert q.dead_size() == 6 and q.size() == 0
+    assert {d.last_error for d in q.dead_letters()} == {"busy", None}
+    with pytest.raises(InvalidArgumentError):
+        q.nack_many("m1")
