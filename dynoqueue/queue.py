@@ -250,6 +250,26 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.nack_many(ids, delay_ms, error))
 
+    def dead_letter(self, id: str, reason: str = "dead_letter_now", *, error: str | None = None,
+                    receipt: str | None = None) -> bool:
+        """Dead-letter a leased message at once, whatever its delivery count (the Worker's
+        ``DeadLetterNow``; SQS has no twin: there it takes maxReceiveCount receives).
+
+        Args:
+            id: the message id.
+            reason: recorded as the dead letter's reason (up to 200 chars).
+            error: recorded as its ``last_error``.
+            receipt: act only on that lease (see :meth:`ack`).
+
+        Returns:
+            True if it was leased (by that receipt) and is now a dead letter.
+
+        Raises:
+            InvalidArgumentError: a bad id, reason, error or receipt.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.dead_letter(id, reason, error, receipt))
+
     def ack_many(self, ids: Iterable[str | Message]) -> int:
         """Ack many messages in as few round trips as possible. Mirrors ``ack(List<Message>)``.
 
@@ -295,6 +315,37 @@ class DynoQueue(QueueBase):
         return self._run(self._core.set_lease(
             "set_unack_timeout_if_shorter", id, timeout_ms, only_if_shorter=True,
             receipt=receipt))
+
+    def set_unack_timeout_many(self, ids: Iterable[str | Message], timeout_ms: int) -> int:
+        """:meth:`set_unack_timeout` for many leases in one round trip (the Worker's heartbeat).
+
+        Args:
+            ids: message ids, or popped Message objects (then only each one's own lease).
+            timeout_ms: each lease expires this many ms from now, >= 0.
+
+        Returns:
+            How many leases were set.
+
+        Raises:
+            InvalidArgumentError: a bad element or timeout_ms; nothing is changed.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.set_lease_many(ids, timeout_ms))
+
+    def postpone(self, id: str, delay_ms: int, *, priority: int | None = None) -> bool:
+        """Make a message waiting again, due ``delay_ms`` from now, with a new priority (kept
+        when None), in one atomic step whether it was waiting or leased: its lease, if any,
+        ends; its delivery count is kept. Mirrors Conductor's ``QueueDAO.postpone`` (a remove
+        and a push there, so a crash between them lost the message).
+
+        Returns:
+            True if the message was waiting or leased, else False.
+
+        Raises:
+            InvalidArgumentError: a bad id, delay_ms or priority.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.postpone(id, delay_ms, priority))
 
     def set_timeout(self, id: str, timeout_ms: int) -> bool:
         """Make a waiting message due ``timeout_ms`` from now, keeping its priority.

@@ -333,3 +333,32 @@ def test_nack_many_ends_many_leases_in_one_call(make, clock) -> None:
     assert {d.last_error for d in q.dead_letters()} == {"busy", None}
     with pytest.raises(InvalidArgumentError):
         q.nack_many("m1")
+
+
+def test_dead_letter_now_and_batched_lease_extension(make, clock) -> None:
+    q = make()
+    q.push([Message("a"), Message("b"), Message("c")])
+    a, b, c = sorted(q.pop(3), key=lambda m: m.id)
+    assert q.set_unack_timeout_many([a, b, "c"], 10_000) == 3
+    assert q.info("a").lease_expires_at_ms == clock.now_ms + 10_000
+    assert q.dead_letter("a", "bad input", error="ValueError: x", receipt=a.receipt)
+    assert not q.dead_letter("a", "again")  # no longer leased
+    (dead,) = q.dead_letters()
+    assert (dead.message.id, dead.reason, dead.last_error) == ("a", "bad input", "ValueError: x")
+    clock.advance(1001)
+    q.process_unacks()  # extended: nothing comes back yet
+    assert q.size() == 0 and q.shard_sizes()["a"]["uacked"] == 2
+
+
+def test_postpone_moves_a_waiting_or_leased_message_atomically(make, clock) -> None:
+    q = make()
+    q.push([Message("w", "x", priority=5), Message("l", "y", priority=5)])
+    q.pop_with_msg_id("l")
+    assert q.postpone("l", 2000, priority=1) and q.postpone("w", 500)
+    assert not q.postpone("unknown", 0)
+    info = q.info("l")
+    assert (info.state, info.priority, info.due_at_ms, info.deliveries) == (
+        MessageState.DELAYED, 1, clock.now_ms + 2000, 1)
+    assert q.info("w").priority == 5
+    clock.advance(2000)
+    assert [m.id for m in q.pop(2)] == ["w", "l"]

@@ -81,6 +81,16 @@ class DynoQueue(QueueBase):
                         error: str | None = None) -> int:
         return await self._run(self._core.nack_many(ids, delay_ms, error))
 
+    async def dead_letter(self, id: str, reason: str = "dead_letter_now", *,
+                          error: str | None = None, receipt: str | None = None) -> bool:
+        return await self._run(self._core.dead_letter(id, reason, error, receipt))
+
+    async def set_unack_timeout_many(self, ids: Iterable[str | Message], timeout_ms: int) -> int:
+        return await self._run(self._core.set_lease_many(ids, timeout_ms))
+
+    async def postpone(self, id: str, delay_ms: int, *, priority: int | None = None) -> bool:
+        return await self._run(self._core.postpone(id, delay_ms, priority))
+
     async def ack_many(self, ids: Iterable[str | Message]) -> int:
         return await self._run(self._core.ack_many(ids))
 

@@ -264,9 +264,9 @@ class QueueCore:
                     raise
                 got, undecodable = claim.take(result, shard, claim.lease_ms)
                 if undecodable:
+                    pairs = [part for mid in undecodable for part in (mid, "")]
                     yield from self._script(QUORUM, "bury", self._life_keys,
-                                            [self._now_arg(), index + 1, "undecodable",
-                                             *undecodable])
+                                            [self._now_arg(), "undecodable", "", *pairs])
                     log.warning("queue %s shard %s: dead-lettered %d undecodable messages",
                                 self.name, shard, len(undecodable))
                 due_in = int(result[1])
@@ -359,13 +359,61 @@ class QueueCore:
     def set_lease(self, operation: str, id: str, timeout_ms: int, *,
                   only_if_shorter: bool, receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
+        pairs = [id, _receipt(receipt)]
+        return (yield from self._set_leases(operation, pairs, timeout_ms, only_if_shorter)) == 1
+
+    def set_lease_many(self, ids: Iterable[str | Message], timeout_ms: int) -> Op[int]:
+        pairs = _id_receipt_pairs("set_unack_timeout_many", ids)
+        return (yield from self._set_leases("set_unack_timeout_many", pairs, timeout_ms, False))
+
+    def _set_leases(self, operation: str, pairs: list[str], timeout_ms: int,
+                    only_if_shorter: bool) -> Op[int]:
         validate.ms("timeout_ms", timeout_ms)
-        receipt = _receipt(receipt)
         self._check_attached()
-        args = [self._now_arg(), id, timeout_ms, "1" if only_if_shorter else "0", receipt]
-        (changed,) = yield from self._write(operation, "set_unack_timeout",
-                                            [(self._life_keys, args)])
-        return bool(changed)
+        if not pairs:
+            return 0
+        head = [self._now_arg(), timeout_ms, "1" if only_if_shorter else "0"]
+        step = SCRIPT_BATCH * 2
+        replies = yield from self._write(operation, "set_unack_timeout", [
+            (self._life_keys, [*head, *pairs[i:i + step]]) for i in range(0, len(pairs), step)])
+        return sum(int(n) for n in replies)
+
+    def dead_letter(self, id: str, reason: str, error: str | None = None,
+                    receipt: str | None = None) -> Op[bool]:
+        validate.message_id(id)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidArgumentError(f"reason must be a non-empty str, got {reason!r:.80}")
+        if error is not None and not isinstance(error, str):
+            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        pairs = [id, _receipt(receipt)]
+        self._check_attached()
+        (buried,) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
+            self._now_arg(), reason[:200], (error or "")[:_MAX_ERROR_CHARS], *pairs])])
+        return int(buried) == 1
+
+    def postpone(self, id: str, delay_ms: int, priority: int | None) -> Op[bool]:
+        validate.message_id(id)
+        validate.ms("delay_ms", delay_ms)
+        if priority is not None and (not validate.is_int(priority) or not 0 <= priority <= 99):
+            raise InvalidArgumentError(f"priority must be None or an int in 0..99, "
+                                       f"got {priority!r}")
+        self._check_attached()
+        for _ in range(_SET_TIMEOUT_ATTEMPTS):
+            raw = yield from self._guard("postpone", self.keys.message_hash, self._command(
+                QUORUM, "HGET", self.keys.message_hash, id))
+            if raw is None:
+                return False
+            stored = Message.from_json(raw)
+            stored.timeout = delay_ms
+            if priority is not None:
+                stored.priority = priority
+            (status,) = yield from self._write("postpone", "postpone", [(self._life_keys, [
+                self._now_arg(), id, delay_ms, stored.priority, raw, stored.to_json()])])
+            if int(status) >= 0:
+                return int(status) == 1
+        raise RedisOperationError(
+            "postpone", self.keys.message_hash,
+            f"message {id!r} kept changing during {_SET_TIMEOUT_ATTEMPTS} attempts")
 
     def set_timeout(self, id: str, timeout_ms: int) -> Op[bool]:
         validate.message_id(id)

@@ -30,6 +30,7 @@ WRITE_SCRIPTS = (
     "purge_dead",
     "policy",
     "bury",
+    "postpone",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list")

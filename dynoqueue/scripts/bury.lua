@@ -1,15 +1,28 @@
--- bury: dead-letter leased messages the client could not decode (reason "undecodable"), so a
--- corrupt message never breaks a pop and the rest of its batch is delivered.
+-- bury: dead-letter leased messages now (DynoQueue.dead_letter, the Worker's DeadLetterNow), or
+-- ones the client could not decode (reason "undecodable", after a claim), so a corrupt message
+-- never breaks a pop and the rest of its batch is delivered.
 -- KEYS: QueueKeys.lifecycle_keys()
--- ARGV: [1] now override or '', [2] shard index, [3] reason, [4..] ids
--- Returns: how many were dead-lettered.
+-- ARGV: [1] now override or '', [2] reason, [3] error text or '', then pairs: id, receipt
+--       ('' = any lease of that id)
+-- Returns: how many were dead-lettered (an id not leased, or leased again since its receipt, is
+-- left alone).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local s = tonumber(ARGV[2])
 local buried = 0
-for i = 4, #ARGV do
-  if redis.call('ZSCORE', k.unack(s), ARGV[i]) and dead_letter(k, ARGV[i], ARGV[3], now, s) then
-    buried = buried + 1
+for i = 4, #ARGV, 2 do
+  local id, receipt = ARGV[i], ARGV[i + 1]
+  for s = 1, k.n do
+    if redis.call('ZSCORE', k.unack(s), id) then
+      local rec = life_of(k, id)
+      if receipt == '' or receipt_of(rec) == receipt then
+        if ARGV[3] ~= '' then
+          rec.l = ARGV[3]
+          save_life(k, id, rec)
+        end
+        if dead_letter(k, id, ARGV[2], now, s) then buried = buried + 1 end
+      end
+      break
+    end
   end
 end
 return buried

@@ -1,21 +1,26 @@
--- set_unack_timeout: move a lease's expiry to now + timeout (DynoQueue.set_unack_timeout and
--- set_unack_timeout_if_shorter).
+-- set_unack_timeout: move leases' expiry to now + timeout (DynoQueue.set_unack_timeout,
+-- set_unack_timeout_if_shorter, and the batched set_unack_timeout_many of Worker heartbeats).
 -- KEYS: QueueKeys.lifecycle_keys()
--- ARGV: [1] now override or '', [2] id, [3] timeout ms (>= 0), [4] '1' = only if that shortens
---       it, [5] receipt or '' (any lease of that id)
--- Returns: 1 if the lease was changed, 0 if the id is not leased (by that receipt), or would not
--- be shortened.
+-- ARGV: [1] now override or '', [2] timeout ms (>= 0), [3] '1' = only where that shortens it,
+--       then pairs: id, receipt ('' = any lease of that id)
+-- Returns: how many leases were changed (an id not leased by that receipt, or one that would not
+-- be shortened, is not).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local id = ARGV[2]
-local expiry = now + tonumber(ARGV[3])
-for s = 1, k.n do
-  local current = redis.call('ZSCORE', k.unack(s), id)
-  if current then
-    if ARGV[5] ~= '' and receipt_of(life_of(k, id)) ~= ARGV[5] then return 0 end
-    if ARGV[4] == '1' and tonumber(current) <= expiry then return 0 end
-    redis.call('ZADD', k.unack(s), expiry, id)
-    return 1
+local expiry = now + tonumber(ARGV[2])
+local changed = 0
+for i = 4, #ARGV, 2 do
+  local id, receipt = ARGV[i], ARGV[i + 1]
+  for s = 1, k.n do
+    local current = redis.call('ZSCORE', k.unack(s), id)
+    if current then
+      if (receipt == '' or receipt_of(life_of(k, id)) == receipt)
+          and not (ARGV[3] == '1' and tonumber(current) <= expiry) then
+        redis.call('ZADD', k.unack(s), expiry, id)
+        changed = changed + 1
+      end
+      break
+    end
   end
 end
-return 0
+return changed
