@@ -338,7 +338,7 @@ def test_nack_many_ends_many_leases_in_one_call(make, clock) -> None:
 def test_dead_letter_now_and_batched_lease_extension(make, clock) -> None:
     q = make()
     q.push([Message("a"), Message("b"), Message("c")])
-    a, b, c = sorted(q.pop(3), key=lambda m: m.id)
+    a, b, _c = sorted(q.pop(3), key=lambda m: m.id)
     assert q.set_unack_timeout_many([a, b, "c"], 10_000) == 3
     assert q.info("a").lease_expires_at_ms == clock.now_ms + 10_000
     assert q.dead_letter("a", "bad input", error="ValueError: x", receipt=a.receipt)
