@@ -59,7 +59,9 @@ def add_parser(commands: Any) -> None:
         description="Start an embedded redis-server and measure enqueue, dequeue+ack, delivery "
                     "lateness, cost vs depth, memory and commands per message for dynoqueue "
                     "and its peers (each through its public API, workers doing no work), and "
-                    "the Redis limit for the same commands. Prints a table per workload "
+                    "the Redis limit for the same commands; then dynoqueue.asyncio against the "
+                    "sync API and the asyncio peers (bullmq, saq), including one-per-call "
+                    "enqueues from 100 concurrent tasks. Prints a table per workload "
                     "(median of the runs, [min-max]) and the goals; writes results.json, "
                     "results.md and PNG plots to --out.",
     )
