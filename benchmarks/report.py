@@ -113,13 +113,20 @@ def key_figures(results: dict[str, Any]) -> dict[str, Any]:
     peers = [p for p in PEERS if p in enq]
     best_enqueue = _best({p: _nanmax(median(enq[p].get("batched")), median(enq[p].get("single")))
                           for p in peers})
+    best_single = _best({p: median(enq[p].get("single")) for p in peers})
     best_consume = _best({p: median(con.get(p, {}).get("one")) for p in peers})
     best_several = _best({p: median(con.get(p, {}).get("several")) for p in peers})
     limits = results["limits"]
     mix = limits.get("redis_benchmark_mix", {})
     rawpy = limits.get("raw_python", {})
     lua = limits.get("server_lua", {})
+    aio_e, aio_c = enq.get("dynoqueue.asyncio", {}), con.get("dynoqueue.asyncio", {})
     return {
+        "aio_push_batched": median(aio_e.get("batched")),
+        "aio_push_single": median(aio_e.get("single")),
+        "aio_push_concurrent": median(aio_e.get("concurrent")),
+        "aio_consume": median(aio_c.get("one")),
+        "best_peer_single": best_single,
         "dq_push_batched": median(dq_e.get("batched")),
         "dq_push_single": median(dq_e.get("single")),
         "dq_consume": median(dq_c.get("one")),
@@ -186,7 +193,9 @@ def tables(results: dict[str, Any]) -> list[Table]:
                f"the best peer ({k['best_peer_enqueue'][0]}), "
                f"{ratio(k['dq_push_batched'], k['limit_push'])} of the Redis limit (Lua), "
                f"{ratio(k['dq_push_batched'], k['bench_push'])} of redis-benchmark, "
-               f"{ratio(k['dq_push_batched'], k['raw_push'])} of raw redis-py"]
+               f"{ratio(k['dq_push_batched'], k['raw_push'])} of raw redis-py; dynoqueue one "
+               f"per call = {ratio(k['dq_push_single'], k['best_peer_single'][1])} the best "
+               f"peer's one per call ({k['best_peer_single'][0]})"]
     out.append(t)
 
     t = Table("2. Dequeue + ack of due messages (msgs/s)",
@@ -310,8 +319,61 @@ def tables(results: dict[str, Any]) -> list[Table]:
                "dynoqueue pop(1) row: one push, one pop and one ack per message"]
     out.append(t)
 
+    asyncio_table = _asyncio_table(results, k)
+    if asyncio_table is not None:
+        out.append(asyncio_table)
     out.append(goals_table(results))
     return out
+
+
+def _asyncio_table(results: dict[str, Any], k: dict[str, Any]) -> Table | None:
+    """Table 7: dynoqueue.asyncio against sync dynoqueue (same run) and the asyncio peers."""
+    meta = results["meta"]
+    names = meta.get("asyncio_libraries") or []
+    if "dynoqueue.asyncio" not in names:
+        return None
+    opts = meta["options"]
+    tasks = opts.get("async_tasks", 100)
+    enq, con = results["enqueue"], results["consume"]
+    t = Table("7. asyncio APIs: dynoqueue.asyncio vs sync dynoqueue and the asyncio peers "
+              "(msgs/s)",
+              ["library", "enqueue one per call", f"one per call, {tasks} tasks", "bulk",
+               "dequeue+ack, 1 consumer process", f"round trips / msg ({tasks} tasks)"])
+    for lib in ["dynoqueue", *names]:
+        e = enq.get(lib, {})
+        concurrent = e.get("concurrent")
+        trips = (f"{median(concurrent, 'round_trips_per_msg'):.3f}"
+                 if concurrent and "round_trips_per_msg" in concurrent else
+                 ("-" if lib == "dynoqueue" else fmt(concurrent)))
+        t.rows.append([lib if lib != "dynoqueue" else "dynoqueue (sync API)",
+                       fmt(e.get("single")),
+                       fmt(concurrent) if lib != "dynoqueue" else "-",
+                       fmt(e.get("batched")), fmt(con.get(lib, {}).get("one")), trips])
+    t.rows.append(["dynoqueue.asyncio / sync",
+                   ratio(k["aio_push_single"], k["dq_push_single"]),
+                   ratio(k["aio_push_concurrent"], k["dq_push_single"]) + " of sync one per call",
+                   ratio(k["aio_push_batched"], k["dq_push_batched"]),
+                   ratio(k["aio_consume"], k["dq_consume"]), ""])
+    aio = enq.get("dynoqueue.asyncio", {})
+    for peer in names[1:]:
+        pe = enq.get(peer, {})
+        t.notes.append(
+            f"dynoqueue.asyncio vs {peer}: one per call "
+            f"{ratio(median(aio.get('single')), median(pe.get('single')))}, {tasks} tasks "
+            f"{ratio(median(aio.get('concurrent')), median(pe.get('concurrent')))}, bulk "
+            f"{ratio(median(aio.get('batched')), median(pe.get('batched')))}, dequeue+ack "
+            f"{ratio(k['aio_consume'], median(con.get(peer, {}).get('one')))}")
+    t.notes += [
+        f"each dynoqueue step is followed by the same step through dynoqueue.asyncio, with the "
+        f"same messages and sizes ({opts['dq_enqueue_single']:,} one per call, "
+        f"{opts['dq_enqueue']:,} bulk, {opts['dq_consume']:,} consumed; peers "
+        f"{opts['peer_enqueue_single']:,} / {opts['peer_enqueue']:,} / "
+        f"{opts['peer_consume']:,}); one event loop per producer or consumer process",
+        f"{tasks} tasks: {tasks} producer tasks on one loop, each awaiting one enqueue call "
+        "per message in turn; the asyncio libraries' other columns are the measurements of "
+        "tables 1 and 2",
+    ]
+    return t
 
 
 # ---------------------------------------------------------------------------------- goals
@@ -343,6 +405,11 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     add("pop+ack >= 10x the best peer's consumer",
         f"{ratio(pop, peer_pop)} ({k['best_peer_consume'][0]} {_num(peer_pop)})",
         pop >= 10 * peer_pop if known(pop, peer_pop) else None)
+    one, peer_one = k["dq_push_single"], k["best_peer_single"][1]
+    add("one message per call push >= 1.5x the best peer's one per call enqueue",
+        f"{ratio(one, peer_one)} ({_num(one)} vs {k['best_peer_single'][0]} "
+        f"{_num(peer_one)})",
+        one >= 1.5 * peer_one if known(one, peer_one) else None)
     for mode, entry in k["lateness"].items():
         p99 = median(entry, "p99")
         add(f"lateness p99 < 10 ms ({int(mode):,} msgs)", f"{_num(p99, 1)} ms",
@@ -369,6 +436,18 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         results["consume"].get("dynoqueue", {}).get("one"), "round_trips_per_msg")
     add("fewer round trips per message in batches", f"{bulk:.3f}",
         bulk < 1 if known(bulk) else None)
+    if "dynoqueue.asyncio" in (results["meta"].get("asyncio_libraries") or []):
+        tasks = results["meta"]["options"].get("async_tasks", 100)
+        conc = k["aio_push_concurrent"]
+        add(f"asyncio: one per call from {tasks} tasks >= 3x sync one per call",
+            f"{ratio(conc, one)} ({_num(conc)} vs {_num(one)})",
+            conc >= 3 * one if known(conc, one) else None)
+        for label, a, b in (("batched push", k["aio_push_batched"], k["dq_push_batched"]),
+                            ("pop+ack (1 consumer, batches)", k["aio_consume"],
+                             k["dq_consume"])):
+            add(f"asyncio: {label} within 10% of sync (>= 0.9x)",
+                f"{ratio(a, b)} ({_num(a)} vs {_num(b)})",
+                a >= 0.9 * b if known(a, b) else None)
     return out
 
 
@@ -398,7 +477,8 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     body = "\n".join(t.markdown() for t in tables(results))
     if results.get("profile"):
-        body += "\n### Profile (cProfile of dynoqueue push + pop + ack)\n\n```\n" + \
+        body += "\n### Profile (cProfile of dynoqueue: batched push, pop + ack; one-message " \
+            "pushes)\n\n```\n" + \
             results["profile"] + "\n```\n"
     return "\n".join(head) + "\n" + body
 

@@ -18,14 +18,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .common import RoundTrips, summary
-from .peers import ADAPTERS, PEERS, NotSupported, load
+from .peers import ADAPTERS, ASYNCIO, PEERS, NotSupported, load
 
 #: Fields of a measurement that are summarised (median/min/max over the runs).
 _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
             "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
             "due_offset_ms")
 #: The package that provides each library (for versions and install hints).
-DISTRIBUTIONS = {"dynoqueue": "dynoqueue", "bullmq": "bullmq", "rq": "rq",
+DISTRIBUTIONS = {"dynoqueue": "dynoqueue", "dynoqueue.asyncio": "dynoqueue", "bullmq": "bullmq",
+                 "rq": "rq",
                  "dramatiq": "dramatiq", "huey": "huey", "saq": "saq"}
 
 
@@ -57,6 +58,7 @@ class Options:
     depth_probe_single: int = 1_000
     memory_n: int = 10_000
     bench_requests: int = 200_000
+    async_tasks: int = 100
     libraries: list[str] = field(default_factory=lambda: ["dynoqueue", *PEERS])
     profile: bool = False
     quick: bool = False
@@ -121,7 +123,7 @@ def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         values = [float(r[key]) for r in ok if key in r]
         if values:
             out[key] = summary(values)
-    for key in ("n", "procs", "spread_s", "commands", "idle_commands"):
+    for key in ("n", "procs", "tasks", "spread_s", "commands", "idle_commands"):
         if key in ok[-1]:
             out[key] = ok[-1][key]
     if "samples" in ok[0]:
@@ -132,8 +134,19 @@ def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def asyncio_names(opts: Options) -> list[str]:
+    """The asyncio APIs a run measures: dynoqueue.asyncio (with dynoqueue), bullmq, saq."""
+    return [n for n in ASYNCIO if n in opts.libraries
+            or (n == "dynoqueue.asyncio" and "dynoqueue" in opts.libraries)]
+
+
 def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     """The steps of a run and the raw-results structure they fill in.
+
+    With dynoqueue among the libraries, each of its enqueue and dequeue steps is followed by
+    the same step through dynoqueue.asyncio (so the two APIs are measured back to back), plus
+    one-per-call enqueues from ``opts.async_tasks`` concurrent tasks; bullmq and saq get that
+    concurrent enqueue too (row ``mode`` "concurrent").
 
     Returns:
         ``(steps, raw)``: run the steps in order; ``raw`` then holds lists of per-run dicts
@@ -144,7 +157,8 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     raw: dict[str, Any] = {"enqueue": {}, "consume": {}, "lateness": {}, "memory": {},
                            "limits": {}}
     steps: list[Step] = []
-    missing = {name: _available(name) for name in opts.libraries}
+    asyncio_libs = asyncio_names(opts)
+    missing = {name: _available(name) for name in [*opts.libraries, *asyncio_libs]}
 
     def bucket(workload: str, row: str, mode: str) -> list[dict[str, Any]]:
         return raw[workload].setdefault(row, {}).setdefault(mode, [])
@@ -179,12 +193,24 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
             n_bulk = opts.dq_enqueue if dq else opts.peer_enqueue
             n_consume = opts.dq_consume if dq else opts.peer_consume
 
-            add(f"{tag} {lib}: enqueue one per call", "enqueue", lib, "single",
-                lambda lib=lib, n=n_single: workloads.enqueue(server, lib, n, False), lib)
-            add(f"{tag} {lib}: enqueue in bulk", "enqueue", lib, "batched",
-                lambda lib=lib, n=n_bulk: workloads.enqueue(server, lib, n, True), lib)
-            add(f"{tag} {lib}: dequeue+ack, 1 consumer", "consume", lib, "one",
-                lambda lib=lib, n=n_consume: workloads.consume(server, lib, n, 1), lib)
+            # Each dynoqueue step is followed by the same step through dynoqueue.asyncio.
+            apis = [lib, "dynoqueue.asyncio"] if dq else [lib]
+            for name in apis:
+                add(f"{tag} {name}: enqueue one per call", "enqueue", name, "single",
+                    lambda name=name, n=n_single: workloads.enqueue(server, name, n, False),
+                    name)
+            for name in apis:
+                if name in asyncio_libs:
+                    add(f"{tag} {name}: enqueue one per call, {opts.async_tasks} tasks",
+                        "enqueue", name, "concurrent",
+                        lambda name=name, n=n_single: workloads.enqueue(
+                            server, name, n, False, tasks=opts.async_tasks), name)
+            for name in apis:
+                add(f"{tag} {name}: enqueue in bulk", "enqueue", name, "batched",
+                    lambda name=name, n=n_bulk: workloads.enqueue(server, name, n, True), name)
+            for name in apis:
+                add(f"{tag} {name}: dequeue+ack, 1 consumer", "consume", name, "one",
+                    lambda name=name, n=n_consume: workloads.consume(server, name, n, 1), name)
             if dq:
                 add(f"{tag} dynoqueue pop(1)+ack: 1 consumer", "consume", "dynoqueue pop(1)",
                     "one", lambda: workloads.consume(server, "dynoqueue",
@@ -197,13 +223,13 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
                 f"{opts.lateness_sparse}",
                 lambda lib=lib: workloads.lateness(server, lib, opts.lateness_sparse,
                                                    opts.spread_s, idle_s=opts.idle_s,
-                                                   lead_s=opts.lead_s), lib)
+                                               lead_s=opts.lead_s), lib)
             if dq:
                 add(f"{tag} dynoqueue: lateness {opts.lateness_dense} msgs", "lateness", lib,
                     f"{opts.lateness_dense}",
                     lambda: workloads.lateness(server, "dynoqueue", opts.lateness_dense,
                                                opts.spread_s, idle_s=opts.idle_s,
-                                                   lead_s=opts.lead_s), lib)
+                                               lead_s=opts.lead_s), lib)
 
     for lib in opts.libraries:
         add(f"{lib}: memory per waiting message", "memory", lib, "delayed",
@@ -252,15 +278,18 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def profile_core(server: Any, n: int = 20_000) -> str:
-    """cProfile of dynoqueue's batched push and pop + ack of ``n`` messages, in this process.
+def profile_core(server: Any, n: int = 20_000, n_single: int = 5_000) -> str:
+    """cProfile of dynoqueue in this process: a batched push, pop + ack of ``n`` messages, then
+    ``n_single`` pushes of one message per call (as the enqueue workload makes them).
 
     Returns:
-        The top functions by internal time (text), for the report.
+        The top functions by internal time of each part (text), for the report.
     """
     import cProfile
     import io
     import pstats
+
+    from dynoqueue import Message
 
     from .common import items
     from .peers.dynoqueue_adapter import BATCH, DynoqueueAdapter
@@ -268,20 +297,30 @@ def profile_core(server: Any, n: int = 20_000) -> str:
     server.admin.flushall()
     adapter = DynoqueueAdapter(server.url, queue="profile")
     batch = items(n)
-    profiler = cProfile.Profile()
+    singles = items(n_single, 3_600_000, prefix="s")
+    bulk, single = cProfile.Profile(), cProfile.Profile()
     try:
-        profiler.enable()
+        bulk.enable()
         adapter.enqueue(batch, batched=True)
         got = 0
         while got < n:
             popped = adapter.q.pop(BATCH)
             adapter.q.ack_many(popped)
             got += len(popped)
-        profiler.disable()
+        bulk.disable()
+        q = adapter.q
+        single.enable()
+        for item in singles:
+            q.push([Message(item.id, item.body, timeout=item.delay_ms())])
+        single.disable()
     finally:
+        adapter.q.clear()
         adapter.close()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+    for title, profiler in ((f"batched push, pop + ack of {n:,} messages", bulk),
+                            (f"{n_single:,} pushes of one message per call", single)):
+        text.write(f"== {title}\n")
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
     return text.getvalue()
 
 
@@ -322,7 +361,8 @@ def run(opts: Options, progress: Callable[[str, int, int], None] | None = None
         redis_version = str(admin.info("server").get("redis_version"))
         admin.close()
     libraries = {}
-    for name in opts.libraries:
+    for name in opts.libraries + (["dynoqueue.asyncio"] if "dynoqueue" in opts.libraries
+                                  else []):
         try:
             cls = load(name)
             libraries[name] = {k: getattr(cls, k) for k in
@@ -341,5 +381,6 @@ def run(opts: Options, progress: Callable[[str, int, int], None] | None = None
         "python": platform.python_version(),
         "redis_server": redis_version,
         "versions": _versions([n for n in opts.libraries if n in ADAPTERS]),
+        "asyncio_libraries": asyncio_names(opts),
     }
     return results

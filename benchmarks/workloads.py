@@ -21,7 +21,7 @@ from .common import (
     reset_stats,
     used_memory,
 )
-from .peers import Adapter, NotSupported, load
+from .peers import Adapter, AsyncAdapter, NotSupported, load
 from .procs import ConsumerGroup
 
 #: Delay of the messages of the enqueue workload: they stay waiting while memory is measured.
@@ -84,34 +84,50 @@ def memory(server: Server, name: str, n: int) -> dict[str, Any]:
     return {"memory_per_msg": (mem1 - mem0) / n, "n": n}
 
 
-def enqueue(server: Server, name: str, n: int, batched: bool) -> dict[str, Any]:
-    """Workload 1 (+5, +6): enqueue ``n`` messages delayed by an hour, one call each or in bulk.
+def enqueue(server: Server, name: str, n: int, batched: bool, tasks: int = 1
+            ) -> dict[str, Any]:
+    """Workload 1 (+5, +6, +7): enqueue ``n`` messages delayed by an hour, one call each or in
+    bulk; with ``tasks`` > 1 (asyncio libraries), one call each from that many concurrent tasks
+    on the adapter's event loop, after an untimed round of one message per task (so that
+    opening ``tasks`` connections and loading scripts is not timed: the steady state of a
+    service with that many concurrent producers).
 
     Returns:
         ``rate`` (msgs/s), ``commands_per_msg`` (server commands incl. those run inside Lua),
         ``round_trips_per_msg`` (requests the client sent), ``commands`` (per-command calls).
 
     Raises:
-        NotSupported: no bulk API (``batched``).
+        NotSupported: no bulk API (``batched``); not an asyncio library (``tasks`` > 1).
     """
     server.admin.flushall()
     adapter = load(name)(server.url)
     try:
+        concurrent = adapter if isinstance(adapter, AsyncAdapter) and tasks > 1 else None
+        if tasks > 1 and (batched or concurrent is None):
+            raise NotSupported("concurrent one-per-call enqueues need an asyncio API")
         batch = items(n, ENQUEUE_DELAY_MS, prefix="e")
+        warm = 0
+        if concurrent is not None:
+            warm = tasks
+            concurrent.enqueue_concurrently(items(warm, ENQUEUE_DELAY_MS, prefix="w"), tasks)
         reset_stats(server.admin)
         RoundTrips.reset()
         started = time.perf_counter()
-        adapter.enqueue(batch, batched)
+        if concurrent is not None:
+            concurrent.enqueue_concurrently(batch, tasks)
+        else:
+            adapter.enqueue(batch, batched)
         elapsed = time.perf_counter() - started
         trips = RoundTrips.reset()
         stats = command_stats(server.admin)
         waiting = adapter.waiting()
     finally:
         adapter.close()
-    if waiting != n:
-        raise RuntimeError(f"{name}: {waiting} of {n} enqueued messages are waiting")
+    if waiting != n + warm:
+        raise RuntimeError(f"{name}: {waiting} of {n + warm} enqueued messages are waiting")
     return {"rate": n / elapsed, "commands_per_msg": _per_message(stats, n),
-            "round_trips_per_msg": trips / n, "commands": stats, "n": n}
+            "round_trips_per_msg": trips / n, "commands": stats, "n": n,
+            **({"tasks": tasks} if tasks > 1 else {})}
 
 
 def consume(server: Server, name: str, n: int, procs: int,

@@ -15,7 +15,8 @@ import pytest
 from benchmarks import limits, workloads
 from benchmarks.common import RoundTrips, items, percentiles
 from benchmarks.core_throughput import one_run
-from benchmarks.peers import PEERS, load
+from benchmarks.peers import PEERS, NotSupported, load
+from benchmarks.suite import Options, plan
 from dynoqueue.embedded import RedisServer, single
 
 
@@ -75,6 +76,43 @@ def test_depth_scaling_shape(bench_server: workloads.Server) -> None:
     assert out["memory_per_msg"] > 0
 
 
+def test_asyncio_workloads_move_messages(bench_server: workloads.Server) -> None:
+    one = workloads.enqueue(bench_server, "dynoqueue.asyncio", 200, batched=False)
+    bulk = workloads.enqueue(bench_server, "dynoqueue.asyncio", 1200, batched=True)
+    many = workloads.enqueue(bench_server, "dynoqueue.asyncio", 300, batched=False, tasks=20)
+    # The workload itself checks that every message waits afterwards.
+    assert one["rate"] > 0 and bulk["rate"] > 0 and many["rate"] > 0
+    assert 0.99 <= one["round_trips_per_msg"] <= 1.1  # one EVALSHA per push
+    assert bulk["round_trips_per_msg"] < 0.01 and bulk["commands"]["hset"] == 1200
+    assert many["tasks"] == 20 and many["commands"]["hset"] == 300
+    consumed = workloads.consume(bench_server, "dynoqueue.asyncio", 1500, procs=1)
+    assert consumed["commands"]["hdel"] == 1500 and consumed["round_trips_per_msg"] < 0.1
+    with pytest.raises(NotSupported):  # the sync API has no concurrent tasks
+        workloads.enqueue(bench_server, "dynoqueue", 10, batched=False, tasks=5)
+
+
+@pytest.mark.parametrize("name", ["bullmq", "saq"])
+def test_asyncio_peer_concurrent_enqueue(bench_server: workloads.Server, name: str) -> None:
+    out = workloads.enqueue(bench_server, name, 60, batched=False, tasks=20)
+    assert out["n"] == 60 and out["tasks"] == 20 and out["rate"] > 0
+    assert out["round_trips_per_msg"] >= 1  # one call per message, however concurrent
+
+
+def test_plan_measures_each_dynoqueue_step_through_both_apis(
+        bench_server: workloads.Server) -> None:
+    opts = Options.quick_mode()
+    opts.runs, opts.libraries = 1, ["dynoqueue", "saq"]
+    steps, raw = plan(opts, bench_server)
+    labels = [s.label.removeprefix("run 1/1 ") for s in steps]
+    for what in ("enqueue one per call", "enqueue in bulk", "dequeue+ack, 1 consumer"):
+        at = labels.index(f"dynoqueue: {what}")
+        assert labels[at + 1] == f"dynoqueue.asyncio: {what}"
+    assert "dynoqueue.asyncio: enqueue one per call, 100 tasks" in labels
+    assert "saq: enqueue one per call, 100 tasks" in labels
+    assert "dynoqueue: enqueue one per call, 100 tasks" not in labels
+    assert set(raw["enqueue"]["dynoqueue.asyncio"]) == {"single", "concurrent", "batched"}
+
+
 @pytest.mark.parametrize("name", PEERS)
 def test_peer_adapter_moves_messages(bench_server: workloads.Server, name: str) -> None:
     try:
@@ -112,7 +150,12 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
     assert "na" in data["enqueue"]["huey"]["batched"]  # huey has no bulk enqueue
     assert data["consume"]["huey"]["one"]["rate"]["median"] > 0
     assert data["lateness"]["dynoqueue"]["1000"]["delivered"]["median"] == 1000
+    aio = data["enqueue"]["dynoqueue.asyncio"]
+    assert all(aio[mode]["rate"]["median"] > 0 for mode in ("single", "concurrent", "batched"))
+    assert data["consume"]["dynoqueue.asyncio"]["one"]["rate"]["median"] > 0
+    assert sum(g["goal"].startswith("asyncio:") for g in data["goals"]) == 3
     assert all({"goal", "measured", "met"} <= set(g) for g in data["goals"])
     for png in ("throughput.png", "lateness.png", "depth.png"):
         assert (tmp_path / png).stat().st_size > 1000
-    assert "### 1. Enqueue" in (tmp_path / "results.md").read_text()
+    text = (tmp_path / "results.md").read_text()
+    assert "### 1. Enqueue" in text and "### 7. asyncio APIs" in text

@@ -9,18 +9,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Adapter, NotSupported, OnBatch
+from .base import Adapter, AsyncAdapter, NotSupported, OnBatch
 
-#: name -> (module, class). dynoqueue first; the peers in the order the report shows them.
+#: name -> (module, class). dynoqueue's two APIs first; the peers in the order the report
+#: shows them.
 ADAPTERS: dict[str, tuple[str, str]] = {
     "dynoqueue": ("dynoqueue_adapter", "DynoqueueAdapter"),
+    "dynoqueue.asyncio": ("dynoqueue_async", "AsyncDynoqueueAdapter"),
     "bullmq": ("bullmq_peer", "BullmqAdapter"),
     "rq": ("rq_peer", "RqAdapter"),
     "dramatiq": ("dramatiq_peer", "DramatiqAdapter"),
     "huey": ("huey_peer", "HueyAdapter"),
     "saq": ("saq_peer", "SaqAdapter"),
 }
-PEERS = [name for name in ADAPTERS if name != "dynoqueue"]
+PEERS = [name for name in ADAPTERS if not name.startswith("dynoqueue")]
+#: The adapters that drive an asyncio API (AsyncAdapter subclasses): the asyncio workloads.
+ASYNCIO = ["dynoqueue.asyncio", "bullmq", "saq"]
 
 
 def load(name: str) -> type[Adapter]:
@@ -34,4 +38,5 @@ def load(name: str) -> type[Adapter]:
     return found  # type: ignore[no-any-return]
 
 
-__all__ = ["ADAPTERS", "PEERS", "Adapter", "NotSupported", "OnBatch", "load"]
+__all__ = ["ADAPTERS", "ASYNCIO", "PEERS", "Adapter", "AsyncAdapter", "NotSupported", "OnBatch",
+           "load"]

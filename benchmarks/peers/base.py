@@ -91,11 +91,11 @@ class Adapter:
 
 
 class AsyncAdapter(Adapter):
-    """An adapter for an asyncio library (bullmq, saq): it owns one event loop, opens the
-    library's queue object on it, and runs the library's coroutines there.
+    """An adapter for an asyncio library (dynoqueue.asyncio, bullmq, saq): it owns one event
+    loop, opens the library's queue object on it, and runs the library's coroutines there.
 
-    Subclasses implement :meth:`_open`, :meth:`_close_queue` and :meth:`_enqueue`, and set
-    ``batch`` (messages per bulk call).
+    Subclasses implement :meth:`_open`, :meth:`_close_queue`, :meth:`_enqueue_one` and
+    :meth:`_enqueue_bulk`, and set ``batch`` (messages per bulk call).
     """
 
     batch: ClassVar[int] = 500
@@ -117,9 +117,28 @@ class AsyncAdapter(Adapter):
         """Close the library's queue object."""
         raise NotImplementedError
 
-    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
-        """Enqueue ``batch`` one call per message, or ``size`` per bulk call."""
+    async def _enqueue_one(self, item: Item) -> None:
+        """Enqueue one item with the library's one-message call."""
         raise NotImplementedError
+
+    async def _enqueue_bulk(self, items: Sequence[Item]) -> None:
+        """Enqueue ``items`` (at most one bulk call's worth) with the library's bulk path."""
+        raise NotImplementedError
+
+    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
+        if not batched:
+            for item in batch:
+                await self._enqueue_one(item)
+            return
+        for i in range(0, len(batch), size):
+            await self._enqueue_bulk(batch[i:i + size])
+
+    async def _enqueue_concurrently(self, batch: Sequence[Item], tasks: int) -> None:
+        async def producer(first: int) -> None:
+            for item in batch[first::tasks]:
+                await self._enqueue_one(item)
+
+        await asyncio.gather(*(producer(k) for k in range(min(tasks, len(batch)))))
 
     def close(self) -> None:
         """Close the queue object, then the event loop."""
@@ -129,3 +148,15 @@ class AsyncAdapter(Adapter):
     def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
         """See :meth:`Adapter.enqueue`; bulk calls carry ``chunk`` (default ``batch``)."""
         self.run(self._enqueue(batch, batched, chunk or self.batch))
+
+    def enqueue_concurrently(self, batch: Sequence[Item], tasks: int) -> None:
+        """Enqueue every item one call per message from ``tasks`` tasks on this adapter's loop.
+
+        Task ``k`` enqueues items ``k, k + tasks, k + 2 * tasks, ...`` one after the other, so
+        up to ``tasks`` calls are in flight at once (how an asyncio service produces: many
+        request handlers, each enqueuing its own message).
+
+        Args:
+            batch: the items. tasks: how many producer tasks, >= 1.
+        """
+        self.run(self._enqueue_concurrently(batch, tasks))

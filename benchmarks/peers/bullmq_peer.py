@@ -38,20 +38,16 @@ class BullmqAdapter(AsyncAdapter):
     async def _close_queue(self) -> None:
         await self.q.close()
 
-    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
-        """``add`` one by one, or ``addBulk`` in chunks of ``size``."""
-        if not batched:
-            for item in batch:
-                await self.q.add("noop", {"b": item.body},
-                                 {**_JOB_OPTS, "delay": item.delay_ms()})
-            return
-        for i in range(0, len(batch), size):
-            now = now_ms()
-            await self.q.addBulk([
-                {"name": "noop", "data": {"b": item.body},
-                 "opts": {**_JOB_OPTS, "delay": item.delay_ms(now)}}
-                for item in batch[i:i + size]
-            ])
+    async def _enqueue_one(self, item: Item) -> None:
+        await self.q.add("noop", {"b": item.body}, {**_JOB_OPTS, "delay": item.delay_ms()})
+
+    async def _enqueue_bulk(self, items: Sequence[Item]) -> None:
+        now = now_ms()
+        await self.q.addBulk([
+            {"name": "noop", "data": {"b": item.body},
+             "opts": {**_JOB_OPTS, "delay": item.delay_ms(now)}}
+            for item in items
+        ])
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
         """Run a Worker until ``stop`` is set."""

@@ -24,6 +24,11 @@ async def noop(ctx: Any, *, b: str) -> None:
         _HOOK[0]([b])
 
 
+def _scheduled(item: Item, now: float) -> float:
+    """saq's ``scheduled``: epoch seconds when due later, 0 (now) when already due."""
+    return item.due_ms / 1000 if item.due_ms > now else 0
+
+
 class SaqAdapter(AsyncAdapter):
     """saq: ``scheduled`` (epoch s) puts the job in the 'incomplete' zset; finish acks it."""
 
@@ -46,21 +51,16 @@ class SaqAdapter(AsyncAdapter):
     async def _close_queue(self) -> None:
         await self.q.disconnect()
 
-    async def _enqueue(self, batch: Sequence[Item], batched: bool, size: int) -> None:
-        """``enqueue`` one by one, or ``size`` concurrent enqueues at a time."""
-        def scheduled(item: Item, now: float) -> float:
-            return item.due_ms / 1000 if item.due_ms > now else 0
+    async def _enqueue_one(self, item: Item) -> None:
+        await self.q.enqueue("noop", b=item.body, scheduled=_scheduled(item, now_ms()))
 
-        if not batched:
-            for item in batch:
-                await self.q.enqueue("noop", b=item.body, scheduled=scheduled(item, now_ms()))
-            return
-        for i in range(0, len(batch), size):
-            now = now_ms()
-            await asyncio.gather(*(
-                self.q.enqueue("noop", b=item.body, scheduled=scheduled(item, now))
-                for item in batch[i:i + size]
-            ))
+    async def _enqueue_bulk(self, items: Sequence[Item]) -> None:
+        """No bulk API: ``len(items)`` concurrent enqueues (saq pipelines them)."""
+        now = now_ms()
+        await asyncio.gather(*(
+            self.q.enqueue("noop", b=item.body, scheduled=_scheduled(item, now))
+            for item in items
+        ))
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
         """Run a Worker until ``stop`` is set."""
