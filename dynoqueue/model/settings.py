@@ -35,6 +35,8 @@ class QueueOptions(TypedDict, total=False):
         hash_tag: wrap queue names in a Cluster hash tag; default: on for Redis Cluster.
         doorbell: scripts PUBLISH a doorbell that wakes waiting pops (default True; False for
             servers without pub/sub, such as Dynomite).
+        eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for
+            Dynomite, whose racks lose scripts on a restart without telling the client).
     """
 
     unack_timeout_ms: int
@@ -47,6 +49,7 @@ class QueueOptions(TypedDict, total=False):
     poll_interval_ms: int
     hash_tag: bool | None
     doorbell: bool
+    eval_scripts: bool
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class QueueSettings:
     poll_interval_ms: int = 1000
     hash_tag: bool | None = None
     doorbell: bool = True
+    eval_scripts: bool = False
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
