@@ -254,15 +254,16 @@ def _call_while_restarting(backend: Any, call: Any, down_s: float = 0.2) -> Any:
     return outcome
 
 
+@apis
 def test_dynomite_errors_are_typed_and_idempotent_calls_retried(
-        topology: DynomiteTopology, caplog: pytest.LogCaptureFixture) -> None:
+        topology: DynomiteTopology, api: str, bridge: Bridge,
+        caplog: pytest.LogCaptureFixture) -> None:
     local = topology.nodes[0].backend  # the redis-server behind the node the client uses
     far = topology.nodes[2].backend
     prefix = f"d{uuid.uuid4().hex[:8]}"
 
-    def factory() -> RedisQueues:
-        return RedisQueues.from_url(topology.url, dynomite=True, key_prefix=prefix,
-                                    unack_handler_interval_ms=0)
+    def factory() -> Any:
+        return build(api, bridge, topology.url, key_prefix=prefix)
 
     caplog.set_level(logging.INFO, logger="dynoqueue.queue")
     try:

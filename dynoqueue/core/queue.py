@@ -87,9 +87,10 @@ _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoP
 #: quorum, a rack's redis unreachable): ~2.5 s in all, a quick redis-server restart plus the
 #: second Dynomite waits before it reconnects to it.
 DYNOMITE_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
-#: Dynomite's own error replies (not a rack's redis'), alone or in redis-py's pipeline message.
-_DYNOMITE_REPLY = re.compile(r"(?:^|caused error: )(Dynomite: Failed to achieve Quorum|Storage: "
-                             r"|Peer: )")
+#: Dynomite's own error replies (not a rack's redis'), alone or in redis-py's pipeline message
+#: ("... of pipeline caused error: <reply>"; redis.asyncio quotes it as a tuple: "('<reply>',)").
+_DYNOMITE_REPLY = re.compile(r"(?:^|caused error: [(\"']*)(Dynomite: Failed to achieve Quorum"
+                             r"|Storage: |Peer: )")
 
 
 def dynomite_error(exc: BaseException) -> type[DynomiteError] | None:
