@@ -87,3 +87,27 @@ class RedisServerStartError(DynoQueueError, RuntimeError):
 
     The message includes the tail of the server's log file.
     """
+
+
+class DynomiteNotFoundError(DynoQueueError, RuntimeError):
+    """No dynomite binary could be found to start an embedded Dynomite topology."""
+
+
+class DynomiteError(RedisOperationError):
+    """Dynomite answered with its own error instead of the racks' reply (a subclass says which).
+
+    These replies do not mean the call failed everywhere: some racks may have applied it. The
+    idempotent operations (push, ensure, ack, remove, lease and delay changes, the unack pass,
+    every read) are retried a few times before this is raised; claims (pops) are not, and
+    what a failed claim leased on some racks comes back when the lease expires.
+    """
+
+
+class DynomiteQuorumError(DynomiteError):
+    """``Failed to achieve Quorum``: too few racks gave the same reply at the consistency level
+    (a rack down under ``DC_SAFE_QUORUM``, or racks whose data diverged)."""
+
+
+class DynomiteStorageError(DynomiteError):
+    """``Storage: ...`` or ``Peer: ...``: the node could not reach its own redis-server (e.g. it
+    restarts) or a peer node."""

@@ -1,4 +1,4 @@
-"""The four local deployments the contract suite runs on, each started for real.
+"""The five local deployments the contract suite runs on, each started for real.
 
 A :class:`Deployment` knows how to build :class:`RedisQueues` on its topology *through the
 public builders* (``RedisQueues.from_url``), so the contract tests exercise the builders too, and
@@ -7,6 +7,11 @@ how to open a plain client for looking at keys.
 The contract suite reads through the primary (``read_from_replicas=False``): replica reads are
 eventually consistent by design, which would make "push, then peek" assertions racy. Replica
 reads are proven separately (test_multizone, test_deployments) with ``eventually``.
+
+``dynomite`` is a real Netflix Dynomite datacenter (three racks, one node each, DC_QUORUM reads
+and writes), built with the Dynomite profile (``dynomite=True``). It needs the dynomite binary
+(``dynoqueue.embedded.find_dynomite``): without it those tests fail with advice, as for a
+missing redis-server.
 """
 
 from __future__ import annotations
@@ -17,12 +22,21 @@ from typing import Any
 
 from dynoqueue import RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
-from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, Topology, ZoneRing
+from dynoqueue.embedded import (
+    ClusterTopology,
+    DynomiteTopology,
+    RedisServer,
+    SentinelRing,
+    Topology,
+    ZoneRing,
+)
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
-NAMES = ("single", "ring", "sentinel", "cluster")
-SLOW = frozenset({"sentinel", "cluster"})
+NAMES = ("single", "ring", "sentinel", "cluster", "dynomite")
+SLOW = frozenset({"sentinel", "cluster", "dynomite"})
+#: Waiting pops poll on Dynomite (no pub/sub): the suite polls often instead of every second.
+DYNOMITE_POLL_MS = 20
 
 
 class Deployment:
@@ -37,6 +51,8 @@ class Deployment:
               **settings: Any) -> Any:
         """RedisQueues on this deployment through ``RedisQueues.from_url``; with
         ``api="async"`` the asyncio one, behind ``bridge`` (see tests/apis.py)."""
+        if self.name == "dynomite":
+            settings = {"dynomite": True, "poll_interval_ms": DYNOMITE_POLL_MS, **settings}
         if api == "async":
             return bridge.wrap_factory(AsyncRedisQueues.from_url(
                 self.url, read_from_replicas=False,
@@ -49,7 +65,10 @@ class Deployment:
         )
 
     def raw(self) -> Any:
-        """A decoding client of the primary (a RedisCluster client on the cluster)."""
+        """A decoding client of the primary (a RedisCluster client on the cluster; on Dynomite,
+        the first node, see :class:`DynomiteRaw`)."""
+        if isinstance(self.topology, DynomiteTopology):
+            return DynomiteRaw(self.topology)
         if isinstance(self.topology, ClusterTopology):
             return self.topology.client(decode_responses=True)
         if isinstance(self.topology, ZoneRing):
@@ -77,9 +96,31 @@ def _start(name: str) -> tuple[Deployment, Callable[[], None]]:
     elif name == "cluster":
         topology = ClusterTopology(3, 1).start()
         url = topology.url
+    elif name == "dynomite":
+        topology = DynomiteTopology(ZONES).start()
+        url = topology.url
     else:  # pragma: no cover - a typo in a test's parametrisation
         raise ValueError(f"unknown deployment {name!r}")
     return Deployment(name, url, topology), topology.stop
+
+
+class DynomiteRaw:
+    """A decoding client of a Dynomite topology's first node, so what a test writes directly
+    replicates to every rack like the queue's own writes; the commands Dynomite does not
+    serve (KEYS, TIME, INFO, CONFIG) go to that node's own redis-server."""
+
+    _LOCAL = frozenset({"keys", "time", "info", "config_resetstat", "config_get"})
+
+    def __init__(self, topology: DynomiteTopology) -> None:
+        self._node = topology.nodes[0].client(decode_responses=True)
+        self._backend = topology.nodes[0].backend.client(decode_responses=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend if name in self._LOCAL else self._node, name)
+
+    def close(self) -> None:
+        self._node.close()
+        self._backend.close()
 
 
 class DeploymentPool:
@@ -99,3 +140,21 @@ class DeploymentPool:
     def close(self) -> None:
         self._stops.close()
         self._running.clear()
+
+
+def rack_contents(topology: DynomiteTopology, prefix: str) -> dict[str, dict[str, Any]]:
+    """What each rack's redis-servers hold under ``prefix``, read directly (not through
+    Dynomite): rack -> key -> a hash's {field: value} or a sorted set's sorted ids. Lease
+    scores are left out: concurrent claims may apply in different orders on different racks."""
+    contents: dict[str, dict[str, Any]] = {}
+    for rack in topology.racks:
+        keys: dict[str, Any] = {}
+        for node in topology.rack(rack):
+            with node.backend.client(decode_responses=True) as backend:
+                for key in backend.keys(f"{prefix}.*"):
+                    if backend.type(key) == "hash":
+                        keys[key] = backend.hgetall(key)
+                    else:
+                        keys[key] = sorted(backend.zrange(key, 0, -1))
+        contents[rack] = keys
+    return contents

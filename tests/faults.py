@@ -5,7 +5,8 @@ A push counts as *acknowledged* when the call returned without an error (with
 delivered. *Duplicated* = deliveries beyond the first of an id. *Early* = delivered before its
 due time (taken from the wall clock just before the push, so never a false alarm). *Seconds
 unavailable* = the longest stretch in which no push was acknowledged while producers kept
-trying.
+trying. *Stranded* (measured on Dynomite only, ``-`` elsewhere) = ids still stored on any rack
+after the queue was drained: left behind where no consumer will ever get or ack them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dynoqueue import DynoQueueError
 #: Rows of every fault test of this session, printed by conftest's terminal summary hook.
 SUMMARY_ROWS: list[str] = []
 HEADER = (f"{'fault test':<34} {'attempts':>8} {'acked':>7} {'delivered':>9} {'lost':>5} "
-          f"{'dup':>5} {'early':>5} {'unavail s':>9}")
+          f"{'dup':>5} {'early':>5} {'strand':>6} {'unavail s':>9}")
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Ledger:
     early: int = 0
     errors: list[BaseException] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
+    stranded: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attempt(self, ids: list[str], delay_ms: int) -> None:
@@ -84,8 +86,9 @@ class Ledger:
 
     def row(self) -> str:
         """The summary row; also kept in :data:`SUMMARY_ROWS`."""
+        stranded = "-" if self.stranded is None else str(self.stranded)
         line = (f"{self.name:<34} {self.attempts:>8} {len(self.acknowledged):>7} "
                 f"{len(self.deliveries):>9} {len(self.lost):>5} {self.duplicated:>5} "
-                f"{self.early:>5} {self.seconds_unavailable():>9.2f}")
+                f"{self.early:>5} {stranded:>6} {self.seconds_unavailable():>9.2f}")
         SUMMARY_ROWS.append(line)
         return line

@@ -353,7 +353,7 @@ def test_dynomite_profile_keeps_the_v1_layout_and_sends_no_time_publish_or_wait(
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"write_quorum": 1}, {"hash_tag": True},
+    {"write_quorum": 1}, {"doorbell": True}, {"eval_scripts": False},
 ])
 def test_dynomite_profile_refuses_what_dynomite_cannot_do(kwargs) -> None:
     with pytest.raises(ConfigurationError):

@@ -117,7 +117,7 @@ def test_bad_queue_names(make_queues, name) -> None:
 # ------------------------------------------------------------------ storage layout
 
 
-@pytest.mark.deployments("single", "ring", "sentinel")  # Cluster keys carry hash tags
+@pytest.mark.deployments("single", "ring", "sentinel", "dynomite")  # Cluster: hash tags
 def test_storage_is_the_dyno_queues_v1_layout(make_queues, raw, prefix, clock) -> None:
     q = make_queues(clock=clock).get("layout")
     q.push([Message("x001", "Hello World", timeout=20_000, priority=3)])
@@ -131,7 +131,7 @@ def test_storage_is_the_dyno_queues_v1_layout(make_queues, raw, prefix, clock) -
                                                f"{prefix}.QUEUE.layout.b"]
 
 
-@pytest.mark.deployments("single", "ring", "sentinel")  # the Java client has no hash tags
+@pytest.mark.deployments("single", "ring", "sentinel", "dynomite")  # Java: no hash tags
 def test_a_message_written_like_the_java_client_pops(make_queues, raw, prefix) -> None:
     """Jackson's JSON (payload omitted when empty, unknown fields) stored with a client clock."""
     q = make_queues().get("java")
@@ -536,6 +536,7 @@ def test_connection_errors_are_wrapped(prefix) -> None:
     queues.close()
 
 
+@pytest.mark.deployments("single", "ring", "sentinel", "cluster")  # Dynomite: no pub/sub
 def test_the_doorbell_wakes_a_waiting_pop(make_queues) -> None:
     """With polling every 5 s, only the doorbell can return the message well within a second."""
     queues = make_queues(poll_interval_ms=5000)
@@ -598,6 +599,7 @@ def test_close_stops_new_work_but_still_accepts_acks(make_queues) -> None:
         q.ack("m1")
 
 
+@pytest.mark.deployments("single", "ring", "sentinel", "cluster")  # Dynomite: no doorbell
 def test_ping_checks_every_connection(make_queues) -> None:
     times = make_queues().ping()
     assert set(times) == {"quorum", "non_quorum", "doorbell"}

@@ -24,6 +24,7 @@ from ..model.clock import system_clock_ms
 from ..model.settings import QueueOptions
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
 from .clients import ASYNC, SYNC, Flavor, RetryBudget
+from .failover import AsyncFailoverConnection, FailoverConnection
 from .urls import TLS_PARAMS, ParsedUrl, host_port, parse_url, redact_url, typed_options
 
 #: Shard of a deployment built without zones.
@@ -75,10 +76,16 @@ def from_url(
         read_from_replicas: reads (the non-quorum connection) go to a replica: the local
             zone's from ``replica_urls``, Sentinel's replicas, or each Cluster slot's
             replicas. False reads from the primary too (read-your-writes, more load on it).
-        dynomite: the Dynomite profile (``url`` is the local Dynomite node): dyno-queues v1's
-            exact key layout (no hash tags), time from this process's clock (Dynomite has no
-            ``TIME`` in scripts), no pub/sub doorbell, no ``WAIT``, RESP2 and no
-            ``CLIENT SETINFO`` (Dynomite closes the connection on commands it does not know).
+        dynomite: the Dynomite profile. ``url`` is ``redis://host:port`` of the local node, or
+            ``redis://h1:p1,h2:p2,...``: the local node first, then the nodes to fail over to,
+            in order (each new connection takes the first that accepts it). The profile uses
+            dyno-queues v1's exact key layout (no hash tags; pass ``hash_tag=True`` when a rack
+            has several nodes and Dynomite has ``hash_tag: "{}"``), time from this process's
+            clock (each rack's redis would evaluate its own ``TIME``), no pub/sub doorbell, no
+            ``WAIT``, scripts sent as text (``eval_scripts``: a restarted rack has lost them),
+            RESP2 and no ``CLIENT SETINFO`` (Dynomite closes the connection on commands it
+            does not know). It refuses ``db`` other than 0, ``client_name``, TLS, credentials,
+            ``write_quorum`` and Sentinel or Cluster URLs.
         **settings: the factory's settings (:class:`~dynoqueue.model.settings.QueueOptions`)
             and ``shard_supplier``.
 
@@ -90,6 +97,9 @@ def from_url(
         RedisOperationError: (cluster URLs only) no node could be reached or logged in to.
             Other deployments connect lazily: ``ping()`` checks them at start-up.
     """
+    node_options: dict[str, Any] = {}
+    if dynomite:
+        url, node_options = _dynomite_nodes(url, _flavor(factory))
     parsed = parse_url(url)
     if dynomite:
         settings, client_options = _dynomite(parsed, settings, client_options)
@@ -113,7 +123,8 @@ def from_url(
     supplier = _shard_supplier(zones, local_zone, settings)
     local = _replica_client(flavor, replica_urls, zones, local_zone, client_options, retry,
                             wanted=read_from_replicas)
-    primary = flavor.redis.from_url(url, **_options(flavor, client_options, retry, url))
+    primary = flavor.redis.from_url(url, **_options(flavor, client_options, retry, url),
+                                    **node_options)
     return _build(factory, primary, local or primary, key_prefix, supplier, settings)
 
 
@@ -279,11 +290,26 @@ def _flavor(factory: Any) -> Flavor:
     return ASYNC if getattr(factory, "asynchronous", False) else SYNC
 
 
+def _dynomite_nodes(url: str, flavor: Flavor) -> tuple[str, dict[str, Any]]:
+    """A Dynomite URL's first node's URL, and the connection options that fail over to the
+    others (``redis://h1:p1,h2:p2,...[/0][?...]``; none for one node)."""
+    scheme, sep, rest = url.partition("://")
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    hosts, tail = rest[:cut], rest[cut:]
+    if not sep or scheme.lower() not in ("redis", "rediss") or "," not in hosts:
+        return url, {}
+    urls = [f"{scheme}://{host}{tail}" for host in hosts.split(",")]
+    nodes = [parse_url(one).nodes[0] for one in urls]  # each checked as a URL of its own
+    connection = AsyncFailoverConnection if flavor is ASYNC else FailoverConnection
+    return urls[0], {"connection_class": connection, "addresses": nodes}
+
+
 def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
               client_options: Mapping[str, Any] | None
               ) -> tuple[BuildSettings, dict[str, Any]]:
     if parsed.kind != "single":
-        raise ConfigurationError("the Dynomite profile takes the local node's redis:// URL")
+        raise ConfigurationError("the Dynomite profile takes redis://host:port of the local "
+                                 "node (then of the nodes to fail over to, comma-separated)")
     if parsed.tls or parsed.username or parsed.password:
         raise ConfigurationError("Dynomite supports neither TLS to clients nor AUTH; "
                                  "secure it at the network level")
@@ -295,13 +321,16 @@ def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
     if settings.get("write_quorum", 0):
         raise ConfigurationError("Dynomite has no WAIT: replication across racks is its own "
                                  "(its consistency level); use write_quorum=0")
-    if settings.get("hash_tag"):
-        raise ConfigurationError("the Dynomite profile keeps dyno-queues' key layout: no "
-                                 "hash tags")
+    if settings.get("doorbell") or settings.get("eval_scripts") is False:
+        raise ConfigurationError("Dynomite has no pub/sub (doorbell=False) and a restarted "
+                                 "rack loses its scripts (eval_scripts=True)")
     # RESP2 and no CLIENT SETINFO: Dynomite closes the connection on commands it does not know.
     options.update(protocol=2, driver_info=None)
-    profile: BuildSettings = {"hash_tag": False, "doorbell": False, "clock": system_clock_ms}
+    # hash_tag stays the caller's choice: off shares keys with Java dyno-queues (one node per
+    # rack), on is needed with several nodes per rack (Dynomite's hash_tag: "{}").
+    profile: BuildSettings = {"hash_tag": False, "clock": system_clock_ms}
     profile.update(settings)
+    profile["doorbell"], profile["eval_scripts"] = False, True
     return profile, options
 
 

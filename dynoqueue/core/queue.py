@@ -11,6 +11,7 @@ and key.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -35,6 +36,9 @@ from .. import scripts
 from ..errors import (
     AccessDeniedError,
     ConfigurationError,
+    DynomiteError,
+    DynomiteQuorumError,
+    DynomiteStorageError,
     InvalidArgumentError,
     InvalidMessageError,
     InvalidPatternError,
@@ -56,6 +60,7 @@ from .requests import (
     Op,
     Pipeline,
     RefreshSlots,
+    Request,
     Scan,
     Sleep,
     Ticket,
@@ -81,6 +86,22 @@ _SET_TIMEOUT_ATTEMPTS = 5
 #: Longest error text a nack records (longer ones are cut): it is kept with the message.
 _MAX_ERROR_CHARS = 4096
 _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
+#: Pauses before repeating an idempotent call that Dynomite answered with its own error (no
+#: quorum, a rack's redis unreachable): ~2.5 s in all, a quick redis-server restart plus the
+#: second Dynomite waits before it reconnects to it.
+DYNOMITE_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+#: Dynomite's own error replies (not a rack's redis'), alone or in redis-py's pipeline message
+#: ("... of pipeline caused error: <reply>"; redis.asyncio quotes it as a tuple: "('<reply>',)").
+_DYNOMITE_REPLY = re.compile(r"(?:^|caused error: [(\"']*)(Dynomite: Failed to achieve Quorum"
+                             r"|Storage: |Peer: )")
+
+
+def dynomite_error(exc: BaseException) -> type[DynomiteError] | None:
+    """The typed error for a Dynomite error reply (None for anything else)."""
+    found = _DYNOMITE_REPLY.search(str(exc)) if isinstance(exc, ResponseError) else None
+    if found is None:
+        return None
+    return DynomiteQuorumError if found.group(1).startswith("Dynomite") else DynomiteStorageError
 
 
 def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
@@ -89,6 +110,7 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
     Raises:
         AccessDeniedError: wrong password, unknown user, missing ACL permission.
         InvalidPatternError: Redis reported a malformed Lua pattern.
+        DynomiteError: Dynomite's own error reply (no quorum, storage or peer unreachable).
         RedisOperationError: any other Redis failure, naming ``operation`` and ``key``.
     """
     try:
@@ -98,7 +120,7 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
     except ResponseError as exc:
         if "BADPATTERN" in str(exc):
             raise InvalidPatternError(f"malformed Lua pattern: {exc}") from exc
-        raise RedisOperationError(operation, key, str(exc)) from exc
+        raise (dynomite_error(exc) or RedisOperationError)(operation, key, str(exc)) from exc
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError(operation, key, str(exc)) from exc
 
@@ -257,7 +279,7 @@ class QueueCore:
                 try:
                     result = yield from self._script(
                         QUORUM, "claim", self._life_keys,
-                        [self._now_arg(), index + 1, ask, claim.lease_ms])
+                        [self._now_arg(), index + 1, ask, claim.lease_ms], idempotent=False)
                 except Cancelled as cancelled:  # the claim ran: what it leased is ours to undo
                     if cancelled.late_reply is not None:
                         claim.take(cancelled.late_reply, shard, claim.lease_ms)
@@ -266,7 +288,8 @@ class QueueCore:
                 if undecodable:
                     pairs = [part for mid in undecodable for part in (mid, "")]
                     yield from self._script(QUORUM, "bury", self._life_keys,
-                                            [self._now_arg(), "undecodable", "", *pairs])
+                                            [self._now_arg(), "undecodable", "", *pairs],
+                                            idempotent=True)
                     log.warning("queue %s shard %s: dead-lettered %d undecodable messages",
                                 self.name, shard, len(undecodable))
                 due_in = int(result[1])
@@ -287,7 +310,8 @@ class QueueCore:
         for (index, lease_until), ids in by_lease.items():
             try:
                 yield from self._script(QUORUM, "release", self._life_keys,
-                                        [self._now_arg(), index + 1, lease_until, *ids])
+                                        [self._now_arg(), index + 1, lease_until, *ids],
+                                        idempotent=True)
             except (RedisError, RedisClusterException) as exc:
                 log.warning("queue %s: could not put back %d messages of a cancelled pop "
                             "(they return when their lease expires): %s", self.name, len(ids), exc)
@@ -299,7 +323,8 @@ class QueueCore:
         order = self._local_first if all_shards else [self._local]
         result = yield from self._guard(operation, self.keys.message_hash, self._script(
             QUORUM, "claim_id", self._life_keys,
-            [self._now_arg(), id, self.unack_timeout_ms, *(i + 1 for i in order)]))
+            [self._now_arg(), id, self.unack_timeout_ms, *(i + 1 for i in order)],
+            idempotent=False))
         return self._claimed_one(result)
 
     def claim_match(self, pattern: str, local_only: bool) -> Op[Message | None]:
@@ -310,7 +335,8 @@ class QueueCore:
                                         self._script(QUORUM, "claim_match", self._life_keys,
                                                      [self._now_arg(), pattern,
                                                       self.unack_timeout_ms,
-                                                      *(i + 1 for i in order)]))
+                                                      *(i + 1 for i in order)],
+                                                     idempotent=False))
         return self._claimed_one(result)
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
@@ -452,7 +478,7 @@ class QueueCore:
         validate.message_id(id)
         self._check_attached()
         reply = yield from self._guard("info", self.keys.message_hash, self._script(
-            QUORUM, "inspect", self._life_keys, [self._now_arg(), id]))
+            QUORUM, "inspect", self._life_keys, [self._now_arg(), id], idempotent=True))
         if not reply:
             return None
         state = MessageState[as_text(reply[0])]
@@ -699,7 +725,7 @@ class QueueCore:
         if self._policy_checked or self.policy is None:
             return
         stored = yield from self._script(QUORUM, "policy", [self.keys.policy],
-                                         [self.policy.to_json()])
+                                         [self.policy.to_json()], idempotent=True)
         if QueuePolicy.from_json(stored) != self.policy:
             raise ConfigurationError(
                 f"queue {self.name!r} has policy {QueuePolicy.from_json(stored)} stored, but "
@@ -717,19 +743,45 @@ class QueueCore:
         return (yield from guarded(operation, key, op))
 
     def _command(self, role: str, *args: Any) -> Op[Any]:
-        return (yield Command(role, args))
+        return (yield from self._send(Command(role, args), idempotent=True))
 
     def _scan(self, key: str) -> Op[list[tuple[Any, Any]]]:
-        pairs: list[tuple[Any, Any]] = yield Scan(READ, key, 500)
+        pairs: list[tuple[Any, Any]] = yield from self._send(Scan(READ, key, 500),
+                                                             idempotent=True)
         return pairs
 
-    def _script(self, role: str, name: str, keys: list[str], args: list[Any]) -> Op[Any]:
-        """EVALSHA; a server that lacks the script (restarted, failed over) gets its text."""
+    def _send(self, request: Request, *, idempotent: bool) -> Op[Any]:
+        """Send ``request``; if it is ``idempotent``, repeat it after Dynomite's own error
+        replies (which do not say whether some racks applied it), up to
+        :data:`DYNOMITE_RETRY_PAUSES_S`. Claims are not idempotent: they lease other messages."""
+        for pause_s in (*DYNOMITE_RETRY_PAUSES_S, None):
+            try:
+                return (yield request)
+            except ResponseError as exc:
+                if not idempotent or pause_s is None or dynomite_error(exc) is None:
+                    raise
+                log.info("queue %s: %s; retrying in %.2f s", self.name, exc, pause_s)
+                yield Sleep(pause_s)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
+        """The command running script ``name``: EVALSHA, or EVAL with its text when the
+        settings say so (Dynomite: a rack whose redis restarted lost its scripts, and the
+        other racks' quorum hides its NOSCRIPT replies)."""
         script = self._scripts[name]
+        head = ("EVAL", script.text) if self.settings.eval_scripts else ("EVALSHA", script.sha)
+        return (*head, len(keys), *keys, *args)
+
+    def _script(self, role: str, name: str, keys: list[str], args: list[Any], *,
+                idempotent: bool) -> Op[Any]:
+        """Run script ``name``; a server that lacks it (restarted, failed over) gets its text."""
         try:
-            return (yield Command(role, ("EVALSHA", script.sha, len(keys), *keys, *args)))
+            return (yield from self._send(Command(role, self._call(name, keys, args)),
+                                          idempotent=idempotent))
         except NoScriptError:
-            return (yield Command(role, ("EVAL", script.text, len(keys), *keys, *args)))
+            text = self._scripts[name].text
+            return (yield from self._send(Command(role, ("EVAL", text, len(keys), *keys, *args)),
+                                          idempotent=idempotent))
 
     def _read_script(self, name: str, keys: list[str], args: list[Any]) -> Op[Any]:
         """A read-only script on the read connection. On a Cluster that reads from replicas it
@@ -750,15 +802,15 @@ class QueueCore:
                 if "unknown command" not in str(exc).lower():
                     raise
                 self._ro_supported = False
-        return (yield from self._script(READ, name, keys, args))
+        return (yield from self._script(READ, name, keys, args, idempotent=True))
 
     def _read_pipeline(self, key: str, commands: list[Sequence[Any]]) -> Op[list[Any]]:
         replies: list[Any] = []
         if self._replica_reads:  # one by one: each goes to a replica the client picks
             for command in commands:
-                replies.append((yield Command(READ, command)))
+                replies.append((yield from self._send(Command(READ, command), idempotent=True)))
             return replies
-        replies = yield Pipeline(READ, commands)
+        replies = yield from self._send(Pipeline(READ, commands), idempotent=True)
         return replies
 
     def _write(self, operation: str, script_name: str, calls: list[tuple[list[str], list[Any]]],
@@ -766,7 +818,9 @@ class QueueCore:
         """Run a write script once per (keys, args), pipelined, then WAIT for the write quorum.
 
         Claims and unack re-queues pass ``replicate=False``: losing one of them in a failover
-        can only cause a redelivery, never a lost message, so they do not pay for WAIT.
+        can only cause a redelivery, never a lost message, so they do not pay for WAIT. Every
+        write script run here is idempotent (repeating it with the same arguments changes
+        nothing more), so Dynomite's error replies are retried (see :meth:`_send`).
 
         Raises:
             QuorumNotReachedError: fewer replicas than ``write_quorum`` confirmed in time.
@@ -776,10 +830,10 @@ class QueueCore:
         quorum = self.settings.write_quorum if replicate else 0
         if quorum == 0 and len(calls) == 1:
             keys, args = calls[0]
-            return [(yield from self._guard(operation, key,
-                                            self._script(QUORUM, script_name, keys, args)))]
+            return [(yield from self._guard(operation, key, self._script(
+                QUORUM, script_name, keys, args, idempotent=True)))]
         script = self._scripts[script_name]
-        commands: list[Sequence[Any]] = [("EVALSHA", script.sha, len(keys), *keys, *args)
+        commands: list[Sequence[Any]] = [self._call(script_name, keys, args)
                                          for keys, args in calls]
         if quorum:
             commands.append(("WAIT", quorum, self.settings.write_quorum_timeout_ms))
@@ -808,7 +862,7 @@ class QueueCore:
         and try again."""
         replies: list[Any]
         if not self._quorum_cluster:
-            replies = yield Pipeline(QUORUM, commands)
+            replies = yield from self._send(Pipeline(QUORUM, commands), idempotent=True)
             return replies
         for attempt, pause_s in enumerate((*CLUSTER_RETRY_PAUSES_S, None)):
             try:

@@ -15,6 +15,8 @@ Topologies:
   processes that fail the primary over; its ``url`` is a ``redis+sentinel://`` URL.
 * :func:`cluster` / :class:`ClusterTopology`: a Redis Cluster of primaries, each with replicas;
   its ``url`` is a ``redis+cluster://`` URL.
+* :func:`dynomite` / :class:`DynomiteTopology`: a real Netflix Dynomite datacenter, one rack per
+  zone, each node fronting its own redis-server; the binary is found by :func:`find_dynomite`.
 
 Each takes ``tls=`` (material from :func:`make_tls_files`) and ``acl_users=``. With
 ``extra_args=["--requirepass", PW]`` (or, for an ACL from ``--aclfile``/``--user``, a
@@ -33,7 +35,8 @@ is called, at interpreter exit (an :mod:`atexit` hook) and, on Linux, when the P
 Modules: :mod:`~dynoqueue.embedded.binary` (finding the binary), :mod:`~dynoqueue.embedded.server`
 (one server, process bookkeeping), :mod:`~dynoqueue.embedded.topology` (the base class),
 :mod:`~dynoqueue.embedded.ring`, :mod:`~dynoqueue.embedded.sentinel`,
-:mod:`~dynoqueue.embedded.cluster` and :mod:`~dynoqueue.embedded.tls`.
+:mod:`~dynoqueue.embedded.cluster`, :mod:`~dynoqueue.embedded.dynomite` and
+:mod:`~dynoqueue.embedded.tls`.
 
 Example:
     >>> from dynoqueue.embedded import zone_ring
@@ -51,6 +54,13 @@ from __future__ import annotations
 
 from dynoqueue.embedded.binary import ENV_REDIS_SERVER, find_redis_server
 from dynoqueue.embedded.cluster import ClusterTopology, cluster
+from dynoqueue.embedded.dynomite import (
+    ENV_DYNOMITE,
+    DynomiteNode,
+    DynomiteTopology,
+    dynomite,
+    find_dynomite,
+)
 from dynoqueue.embedded.ring import ZoneRing, zone_ring
 from dynoqueue.embedded.sentinel import RedisSentinel, SentinelRing, sentinel_ring
 from dynoqueue.embedded.server import RedisServer, single
@@ -59,8 +69,11 @@ from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import RedisServerStartError
 
 __all__ = [
+    "ENV_DYNOMITE",
     "ENV_REDIS_SERVER",
     "ClusterTopology",
+    "DynomiteNode",
+    "DynomiteTopology",
     "RedisSentinel",
     "RedisServer",
     "RedisServerStartError",
@@ -69,6 +82,8 @@ __all__ = [
     "Topology",
     "ZoneRing",
     "cluster",
+    "dynomite",
+    "find_dynomite",
     "find_redis_server",
     "make_tls_files",
     "sentinel_ring",

@@ -39,6 +39,8 @@ class QueueOptions(TypedDict, total=False):
         policy: the :class:`~dynoqueue.model.states.QueuePolicy` of every queue of the factory
             (max deliveries, TTL, retention); None (default): whatever each queue has stored,
             else dyno-queues' behaviour (no limits).
+        eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for
+            Dynomite, whose racks lose scripts on a restart without telling the client).
     """
 
     unack_timeout_ms: int
@@ -52,6 +54,7 @@ class QueueOptions(TypedDict, total=False):
     hash_tag: bool | None
     doorbell: bool
     policy: QueuePolicy | None
+    eval_scripts: bool
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class QueueSettings:
     hash_tag: bool | None = None
     doorbell: bool = True
     policy: QueuePolicy | None = None
+    eval_scripts: bool = False
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
