@@ -4,7 +4,8 @@ A missing redis-server fails the session with the install advice of
 :func:`dynoqueue.embedded.find_redis_server`; it is never a silent skip.
 
 The contract suite: every test that uses ``make_queues`` (or ``deployment``, ``raw``) runs once
-per deployment: single server, zone ring, Sentinel ring and Redis Cluster (see
+per deployment: single server, zone ring, Sentinel ring, Redis Cluster and a three-rack Dynomite
+(see
 ``tests/deployments.py``). ``@pytest.mark.deployments("single", ...)`` narrows a test to the
 deployments it applies to (e.g. the v1 key layout has no Cluster hash tags).
 """
