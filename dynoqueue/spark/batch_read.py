@@ -2,7 +2,10 @@
 
 ``partitions()`` runs in a Python worker of the driver; ``read()`` in executor tasks, each of
 which opens its own connection (redis-py clients cannot be pickled) and closes it before it
-returns.
+returns. Besides each message's zset entry and stored JSON, a row carries its lifecycle: the
+state by Camellia's name, the delivery count, the limit and last error of its ``P.LIFE.Q``
+record and its TTL expiry from ``P.EXPIRY.Q``, all read in one pipelined round trip per
+chunk of ids.
 """
 
 from __future__ import annotations
@@ -15,15 +18,27 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from .. import MessageState, QueuePolicy
 from ..errors import InvalidMessageError
 from ..model.message import Message, as_text
+from ..model.states import decode_record
 from .options import SourceOptions, connected
-from .redis_errors import redis_errors
+from .redis_errors import redis_errors, server_ms
 from .rows import UNACKED, WAITING, timestamp
 
 log = logging.getLogger("dynoqueue.spark")
 
-_HMGET_CHUNK = 1000
+#: Ids per pipelined lookup of their JSON, lifecycle record and expiry (one round trip).
+LOOKUP_CHUNK = 1000
+
+_LEASED = MessageState.LEASED.name
+_READY = MessageState.READY.name
+_DELAYED = MessageState.DELAYED.name
+
+
+def rank_ranges(size: int, step: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]``: ranks ``0..size-1`` in inclusive ranges of at most ``step``."""
+    return [(lo, min(lo + step, size) - 1) for lo in range(0, size, step)]
 
 
 @dataclass
@@ -36,6 +51,11 @@ class ZsetRange(InputPartition):
         key: the zset's key.
         start: first rank, >= 0.
         stop: last rank, inclusive.
+        now_ms: the read's "now" (the Redis server's TIME when the read was planned, epoch
+            ms): a waiting message due by then is READY, a later one DELAYED, in every
+            partition alike.
+        policy_max_deliveries: the stored queue policy's ``max_deliveries`` (0: none), for
+            messages without a limit of their own.
     """
 
     shard: str
@@ -43,6 +63,8 @@ class ZsetRange(InputPartition):
     key: str
     start: int
     stop: int
+    now_ms: int
+    policy_max_deliveries: int
 
 
 class DynoQueueReader(DataSourceReader):
@@ -57,13 +79,15 @@ class DynoQueueReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[ZsetRange]:
-        """Plan the read: ZCARD every shard's queue and unack zsets, split into rank ranges.
+        """Plan the read: ZCARD every shard's queue and unack zsets, split into rank ranges;
+        read the server's time and the stored queue policy once for all partitions.
 
         Returns:
             The partitions (empty for an empty queue).
 
         Raises:
             RedisOperationError: Redis failed (the read fails before any task runs).
+            ConfigurationError: the stored queue policy is unreadable.
         """
         with connected(self.options) as queues:
             queue = queues.get(self.options.queue)
@@ -71,21 +95,25 @@ class DynoQueueReader(DataSourceReader):
                     for shard in queue.shards
                     for state, key in ((WAITING, queue.keys.queue_shard(shard)),
                                        (UNACKED, queue.keys.unack_shard(shard)))]
-            pipe = queues.non_quorum_conn.pipeline(transaction=False)
+            conn = queues.non_quorum_conn
+            pipe = conn.pipeline(transaction=False)
             for _, _, key in plan:
                 pipe.zcard(key)
+            pipe.get(queue.keys.policy)
             with redis_errors("spark_read_partitions", plan[0][2], self.options):
-                sizes = [int(n) for n in pipe.execute()]
-        step = self.options.split_size
-        return [ZsetRange(shard, state, key, lo, min(lo + step, size) - 1)
+                *sizes, stored_policy = pipe.execute()
+            now_ms = server_ms(conn, "spark_read_partitions", plan[0][2], self.options)
+        policy_max = QueuePolicy.from_json(stored_policy).max_deliveries if stored_policy else 0
+        return [ZsetRange(shard, state, key, lo, hi, now_ms, policy_max)
                 for (shard, state, key), size in zip(plan, sizes, strict=True)
-                for lo in range(0, size, step)]
+                for lo, hi in rank_ranges(int(size), self.options.split_size)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Read one rank range: ids and scores, then their stored JSON (HMGET in chunks).
+        """Read one rank range: ids and scores, then, per chunk of :data:`LOOKUP_CHUNK` ids,
+        their stored JSON, lifecycle records and TTL expiries in one pipelined round trip.
 
         Yields:
-            Rows in :data:`~dynoqueue.spark.source.COLUMNS` order. An id whose payload is gone
+            Rows in :data:`~dynoqueue.spark.rows.COLUMNS` order. An id whose payload is gone
             (stale) has null payload, priority and timeout.
 
         Raises:
@@ -95,19 +123,27 @@ class DynoQueueReader(DataSourceReader):
             return
         with connected(self.options) as queues:
             conn = queues.non_quorum_conn
-            message_hash = queues.get(self.options.queue).keys.message_hash
+            keys = queues.get(self.options.queue).keys
             with redis_errors("spark_read", partition.key, self.options):
                 scored = conn.zrange(partition.key, partition.start, partition.stop,
                                      withscores=True)
-            for i in range(0, len(scored), _HMGET_CHUNK):
-                chunk = scored[i:i + _HMGET_CHUNK]
-                with redis_errors("spark_read", message_hash, self.options):
-                    raws = conn.hmget(message_hash, [member for member, _ in chunk])
-                for (member, score), raw in zip(chunk, raws, strict=True):
-                    yield self._row(partition, as_text(member), float(score), raw)
+            for i in range(0, len(scored), LOOKUP_CHUNK):
+                chunk = scored[i:i + LOOKUP_CHUNK]
+                ids = [member for member, _ in chunk]
+                pipe = conn.pipeline(transaction=False)
+                pipe.hmget(keys.message_hash, ids)
+                pipe.hmget(keys.life, ids)
+                pipe.zmscore(keys.expiry, ids)
+                with redis_errors("spark_read", keys.message_hash, self.options):
+                    raws, lives, expiries = pipe.execute()
+                for (member, score), raw, life, expires in zip(chunk, raws, lives, expiries,
+                                                               strict=True):
+                    yield self._row(partition, as_text(member), float(score), raw, life,
+                                    expires)
 
     @staticmethod
-    def _row(p: ZsetRange, message_id: str, score: float, raw: Any) -> tuple[Any, ...]:
+    def _row(p: ZsetRange, message_id: str, score: float, raw: Any, life: Any,
+             expires: float | None) -> tuple[Any, ...]:
         payload = priority = timeout = None
         if raw is not None:
             try:
@@ -119,5 +155,15 @@ class DynoQueueReader(DataSourceReader):
         # A waiting score is due ms + priority/100; an unack score is the lease expiry in ms.
         due = timestamp(math.floor(score)) if waiting else None
         lease = None if waiting else timestamp(score)
+        if not waiting:
+            state = _LEASED
+        else:  # due once score < now + 1, as the claim scripts and info() decide
+            state = _READY if score < p.now_ms + 1 else _DELAYED
+        rec = decode_record(life)
+        own_max = rec.get("m")
+        max_deliveries = int(own_max) if own_max is not None else (p.policy_max_deliveries
+                                                                   or None)
+        last_error = rec.get("l")
         return (message_id, payload, priority, timeout, p.shard, p.state, due, lease, None,
-                None)
+                None, state, int(rec.get("d") or 0), max_deliveries, timestamp(expires),
+                None if last_error is None else str(last_error))

@@ -26,9 +26,8 @@ from pyspark.sql.types import (
 
 from ..errors import ConfigurationError, InvalidMessageError
 from ..model.message import Message
-from ..queues import RedisQueues
 from .options import SourceOptions, connected
-from .redis_errors import redis_errors
+from .redis_errors import server_ms
 
 log = logging.getLogger("dynoqueue.spark")
 
@@ -160,7 +159,8 @@ def push_rows(options: SourceOptions, columns: WriteColumns,
             if not pending:
                 return
             if columns.due >= 0:
-                now = _server_ms(queues, queue.keys.message_hash, options)
+                now = server_ms(queues.quorum_conn, "spark_write", queue.keys.message_hash,
+                                options)
                 for message, due_ms in pending:
                     if due_ms is not None:  # never due before the row's due time
                         message.timeout = max(0, math.ceil(due_ms - now))
@@ -200,13 +200,6 @@ def push_rows(options: SourceOptions, columns: WriteColumns,
                 flush()
         flush()
     return PartitionWritten(partition, attempt, pushed, pushes)
-
-
-def _server_ms(queues: RedisQueues, key: str, options: SourceOptions) -> int:
-    """The Redis server's clock (TIME), epoch ms; ``key`` names the queue in an error."""
-    with redis_errors("spark_write", key, options):
-        seconds, micros = queues.quorum_conn.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def summary(messages: Sequence[WriterCommitMessage | None]) -> str:

@@ -35,7 +35,7 @@ _FALSE = {"false", "0", "no", "off"}
 KNOWN_OPTIONS = frozenset({
     "url", "queue", "keyprefix", "zones", "localzone", "replicaurls", "writequorum",
     "batchsize", "splitsize", "maxmessagespertrigger", "leasems", "consumername",
-    "processunacks", "claimshards",
+    "processunacks", "claimshards", "deadletters",
     # Spark's own, passed through to every source:
     "path", "paths", "checkpointlocation",
 })
@@ -64,6 +64,8 @@ class SourceOptions:
         consumer_name: names the recorded batches of a stream query, no braces or whitespace.
         process_unacks: a stream reader puts back expired leases of every shard (once a second).
         claim_shards: ``"all"`` (every shard, the local one first) or ``"local"``.
+        dead_letters: a batch read returns the queue's dead letters instead of its messages
+            (other reads and writes refuse it).
     """
 
     url: str
@@ -80,6 +82,7 @@ class SourceOptions:
     consumer_name: str = DEFAULT_CONSUMER
     process_unacks: bool = True
     claim_shards: str = "all"
+    dead_letters: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -141,6 +144,7 @@ class SourceOptions:
                                      opts.get("consumername", DEFAULT_CONSUMER)),
             process_unacks=_bool(opts, "processunacks", "processUnacks", True),
             claim_shards=claim,
+            dead_letters=_bool(opts, "deadletters", "deadLetters", False),
         )
 
     def describe(self) -> str:

@@ -1,7 +1,7 @@
 """The data source's own Redis calls raise :class:`~dynoqueue.errors.RedisOperationError`.
 
 Queue operations (push, pop, ack, process_unacks) already raise it; the commands the data
-source sends itself (ZCARD, ZRANGE, HMGET, LRANGE, its batch bookkeeping) go through
+source sends itself (ZCARD, ZRANGE, HMGET, LRANGE, TIME, its batch bookkeeping) go through
 :func:`redis_errors`, so a caller never sees a bare redis-py exception.
 
 This module does not import pyspark.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -35,3 +36,20 @@ def redis_errors(operation: str, key: str, options: SourceOptions) -> Iterator[N
         yield
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError(operation, key, f"{options.describe()}: {exc}") from exc
+
+
+def server_ms(conn: Any, operation: str, key: str, options: SourceOptions) -> int:
+    """The Redis server's clock (TIME) in epoch ms: the time the queue's scripts use.
+
+    Args:
+        conn: a redis-py client (a queue's quorum or non-quorum connection).
+        operation: named in an error, e.g. ``"spark_write"``.
+        key: the queue's key named in an error.
+        options: the source's options, named in an error.
+
+    Raises:
+        RedisOperationError: Redis failed.
+    """
+    with redis_errors(operation, key, options):
+        seconds, micros = conn.time()
+    return int(seconds) * 1000 + int(micros) // 1000

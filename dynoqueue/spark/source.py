@@ -6,13 +6,16 @@ Register it once per session, then use it like any Spark format (options: ``docs
     register(spark)  # optional when Spark finds the format itself (check_format)
     df.write.format("dynoqueue").option("url", url).option("queue", "q").mode("append").save()
     snapshot = spark.read.format("dynoqueue").option("url", url).option("queue", "q").load()
+    dead = (spark.read.format("dynoqueue").option("url", url).option("queue", "q")
+            .option("deadLetters", "true").load())
     due = spark.readStream.format("dynoqueue").option("url", url).option("queue", "q").load()
     query = (rows.writeStream.format("dynoqueue").option("url", url).option("queue", "q")
              .option("checkpointLocation", ck).start())
 
-This module holds the format itself (:class:`DynoQueueDataSource`), its read schema and its
-registration. The work is done by :mod:`.batch_read`, :mod:`.batch_write` and
-:mod:`.streaming`; their public names are re-exported here.
+This module holds the format itself (:class:`DynoQueueDataSource`) and its registration. The
+read schemas are defined in :mod:`.rows`; the work is done by :mod:`.batch_read`,
+:mod:`.dead_letters`, :mod:`.batch_write` and :mod:`.streaming`. Their public names are
+re-exported here.
 
 Where code runs (Spark's Python data source model): ``partitions()`` and the stream reader's
 offset calls run in a long-lived Python worker of the driver; ``read()`` and ``write()`` run in
@@ -43,14 +46,20 @@ from .batch_write import (
     WriteColumns,
     push_rows,
 )
+from .dead_letters import DeadLetterReader, DeadRange
 from .options import SourceOptions
+from .rows import COLUMNS, DEAD_COLUMNS, DEAD_SCHEMA, SCHEMA, check_read_schema, read_schema
 from .streaming import DynoQueueStreamReader, DynoQueueStreamWriter, RecordedSlice
 
 __all__ = [
     "COLUMNS",
+    "DEAD_COLUMNS",
+    "DEAD_SCHEMA",
     "FORMAT",
     "SCHEMA",
     "WRITE_COLUMNS",
+    "DeadLetterReader",
+    "DeadRange",
     "DynoQueueDataSource",
     "DynoQueueReader",
     "DynoQueueStreamReader",
@@ -69,16 +78,6 @@ __all__ = [
 
 #: The format name: ``spark.read.format("dynoqueue")``.
 FORMAT = "dynoqueue"
-
-#: What every read (batch or stream) returns. Batch reads leave ``claimed_at`` and ``batch``
-#: null; stream reads leave ``due`` null (a claim does not return the due time).
-SCHEMA = (
-    "id string not null, payload string, priority int, timeout long, shard string, "
-    "state string, due timestamp, lease_expiry timestamp, claimed_at timestamp, batch long"
-)
-COLUMNS = ("id", "payload", "priority", "timeout", "shard", "state", "due", "lease_expiry",
-           "claimed_at", "batch")
-
 
 def require_pyarrow() -> None:
     """Check that pyarrow is importable (Spark's Python data source workers need it).
@@ -195,12 +194,16 @@ class DynoQueueDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        """The read schema (:data:`SCHEMA`), the same for batch and streaming reads."""
-        return SCHEMA
+        """The read schema: :data:`SCHEMA` (batch and streaming reads of the queue), or
+        :data:`DEAD_SCHEMA` with option ``deadLetters``."""
+        return read_schema(self.parsed.dead_letters)
 
-    def reader(self, schema: StructType) -> DynoQueueReader:
-        """The batch reader (a snapshot). Raises ConfigurationError for a custom schema."""
-        _check_read_schema(schema)
+    def reader(self, schema: StructType) -> DynoQueueReader | DeadLetterReader:
+        """The batch reader: a snapshot of the queue, or of its dead letters with option
+        ``deadLetters``. Raises ConfigurationError for a custom schema."""
+        _check_read_schema(schema, self.parsed.dead_letters)
+        if self.parsed.dead_letters:
+            return DeadLetterReader(self.parsed)
         return DynoQueueReader(self.parsed)
 
     def writer(self, schema: StructType, overwrite: bool) -> DynoQueueWriter:
@@ -215,23 +218,29 @@ class DynoQueueDataSource(DataSource):
                 "dynoqueue: only mode('append') is supported: a queue is not overwritten "
                 "(clear it with DynoQueue.clear() if that is what you want)"
             )
+        self._refuse_dead_letters("a write")
         return DynoQueueWriter(self.parsed, WriteColumns.of(schema))
 
     def streamReader(self, schema: StructType) -> DynoQueueStreamReader:
-        """The streaming reader of due messages. Raises ConfigurationError for a custom schema."""
-        _check_read_schema(schema)
+        """The streaming reader of due messages. Raises ConfigurationError for a custom schema
+        or option ``deadLetters``."""
+        self._refuse_dead_letters("a streaming read")
+        _check_read_schema(schema, False)
         return DynoQueueStreamReader(self.parsed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DynoQueueStreamWriter:
         """The streaming writer. Raises ConfigurationError as :meth:`writer` does."""
         if overwrite:
             raise ConfigurationError("dynoqueue: only outputMode('append') is supported")
+        self._refuse_dead_letters("a streaming write")
         return DynoQueueStreamWriter(self.parsed, WriteColumns.of(schema))
 
+    def _refuse_dead_letters(self, what: str) -> None:
+        if self.parsed.dead_letters:
+            raise ConfigurationError(
+                f"dynoqueue: option 'deadLetters' is for batch reads (spark.read), not {what}"
+            )
 
-def _check_read_schema(schema: StructType) -> None:
-    if tuple(schema.fieldNames()) != COLUMNS:
-        raise ConfigurationError(
-            f"dynoqueue: the read schema is fixed ({SCHEMA}); do not pass .schema(...), "
-            f"select columns after load() instead (got {schema.simpleString()})"
-        )
+
+def _check_read_schema(schema: StructType, dead_letters: bool) -> None:
+    check_read_schema(schema.fieldNames(), dead_letters, schema.simpleString())

@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from .. import MessageState
 from ..errors import ConfigurationError, RedisOperationError
 from ..model.clock import system_clock_ms
 from ..model.keys import StreamKeys
@@ -57,6 +58,7 @@ _RPUSH_CHUNK = 1000
 _CLAIM_CHUNK = 10_000
 #: The stream reader puts back expired leases at most this often.
 _SWEEP_INTERVAL_S = 1.0
+_LEASED = MessageState.LEASED.name
 
 
 @dataclass
@@ -76,9 +78,10 @@ class DynoQueueStreamReader(DataSourceStreamReader):
     recorded. See the module docstring for the protocol. Give every concurrently running query
     on a queue its own ``consumerName``; a query restarted from its checkpoint must keep it.
 
-    Rows: the :data:`~dynoqueue.spark.source.SCHEMA` columns with state ``"unacked"``,
-    ``claimed_at`` (driver time just after the claim, so never before the server's claim time)
-    and ``lease_expiry`` (driver time just before the claim plus ``leaseMs``: the lease holds at
+    Rows: the :data:`~dynoqueue.spark.rows.SCHEMA` columns with state ``"unacked"``
+    (lifecycle_state ``LEASED``), ``deliveries`` (as the claim counted them), ``claimed_at``
+    (driver time just after the claim, so never before the server's claim time) and
+    ``lease_expiry`` (driver time just before the claim plus ``leaseMs``: the lease holds at
     least until then).
     """
 
@@ -205,7 +208,9 @@ class DynoQueueStreamReader(DataSourceStreamReader):
         """Executor side: read a slice of a recorded batch (never the live queue).
 
         Yields:
-            Rows in :data:`~dynoqueue.spark.source.COLUMNS` order.
+            Rows in :data:`~dynoqueue.spark.rows.COLUMNS` order: ``lifecycle_state``
+            ``LEASED``, ``deliveries`` as counted by the claim; ``max_deliveries``,
+            ``expires_at`` and ``last_error`` null.
 
         Raises:
             RedisOperationError: Redis failed (Spark retries the task).
@@ -217,9 +222,12 @@ class DynoQueueStreamReader(DataSourceStreamReader):
             raws = queues.quorum_conn.lrange(partition.key, partition.start, partition.stop)
         for raw in raws:
             doc = orjson.loads(raw)
+            # Batches recorded before the lifecycle columns existed have no "deliveries".
+            deliveries = doc.get("deliveries")
             yield (doc["id"], doc.get("payload"), doc.get("priority"), doc.get("timeout"),
                    doc.get("shard"), UNACKED, None, timestamp(doc["lease_expiry"]),
-                   timestamp(doc["claimed_at"]), partition.batch)
+                   timestamp(doc["claimed_at"]), partition.batch, _LEASED,
+                   None if deliveries is None else int(deliveries), None, None, None)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed every batch up to ``end``: ack their messages, drop their records.
@@ -282,7 +290,8 @@ class DynoQueueStreamReader(DataSourceStreamReader):
                 lease_expiry: int) -> None:
         docs = [orjson.dumps({"id": m.id, "payload": m.payload, "priority": m.priority,
                               "timeout": m.timeout, "shard": m.shard, "claimed_at": claimed_at,
-                              "lease_expiry": lease_expiry}) for m in messages]
+                              "lease_expiry": lease_expiry, "deliveries": m.deliveries})
+                for m in messages]
         key = self.keys.batch(number)
         conn = self._open().quorum_conn
         with redis_errors("spark_stream_record", key, self.options):

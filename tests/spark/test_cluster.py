@@ -1,4 +1,5 @@
-"""The data source on a real Redis Cluster: its keys share the queue's slot, every mode works."""
+"""The data source on a real Redis Cluster: its keys share the queue's slot, every mode works
+(the dead-letter read and the lifecycle columns included)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dynoqueue import Message
 from dynoqueue.embedded import cluster
 from dynoqueue.spark.options import SourceOptions, connected
 
@@ -51,3 +53,17 @@ def test_write_read_and_stream_on_a_cluster(spark: Any, prefix: str, tmp_path: P
             spark_keys = [k.decode() for k in client.scan_iter(match=f"{prefix}.SPARK.*")]
             assert spark_keys and all(client.keyslot(k) == slot for k in spark_keys)
             client.close()
+
+            # Lifecycle columns and dead letters: their keys share the queue's slot too.
+            queue.push([Message("retry", "r"), Message("doomed", "d", max_deliveries=1)])
+            assert queue.unsafe_pop_with_msg_id_all_shards("retry") is not None
+            assert queue.unsafe_pop_with_msg_id_all_shards("doomed") is not None
+            assert queue.nack("retry", 3_600_000, error="later")
+            assert queue.nack("doomed", error="fatal")  # its only delivery: dead-lettered
+            rows = spark.read.format("dynoqueue").options(**source).load().collect()
+            assert [(r["id"], r["lifecycle_state"], r["deliveries"], r["last_error"])
+                    for r in rows] == [("retry", "DELAYED", 1, "later")]
+            dead = (spark.read.format("dynoqueue").options(**source)
+                    .option("deadLetters", "true").load().collect())
+            assert [(r["id"], r["reason"], r["deliveries"], r["last_error"]) for r in dead] == [
+                ("doomed", "max_deliveries", 1, "fatal")]

@@ -16,6 +16,7 @@ from dynoqueue import Message
 from dynoqueue.errors import ConfigurationError
 from dynoqueue.model.keys import StreamKeys
 from dynoqueue.spark.options import SourceOptions, connected
+from dynoqueue.spark.rows import COLUMNS
 from dynoqueue.spark.streaming import DynoQueueStreamReader
 
 from .conftest import queue_totals, wait_for
@@ -53,6 +54,9 @@ def test_stream_reader_protocol_replays_recorded_batches(source: dict[str, str],
     first = _read_all(reader, start, end)
     assert len(first) == 10 and {r[0] for r in first} <= set(due)
     assert all(r[5] == "unacked" and r[9] == 1 for r in first)
+    # Lifecycle columns: LEASED, first delivery; the rest is not known to a claim.
+    assert all(len(r) == len(COLUMNS) and r[10:] == ("LEASED", 1, None, None, None)
+               for r in first)
 
     # The driver dies after recording batch 1 but before Spark logged the offset. The new
     # driver's reader is asked again from batch 0: it replays batch 1 instead of claiming.
@@ -95,7 +99,9 @@ def test_stream_reader_redelivers_claims_that_were_never_recorded(source: dict[s
     reader = DynoQueueStreamReader(SourceOptions.parse(source))
     start = reader.initialOffset()
     end = reader.latestOffset(start, None)  # Spark 4.0 style call: no limit
-    assert {r[0] for r in _read_all(reader, start, end)} == lost
+    rows = _read_all(reader, start, end)
+    assert {r[0] for r in rows} == lost
+    assert all(r[COLUMNS.index("deliveries")] == 2 for r in rows)  # the lost claim counted
     reader.stop()
 
 
