@@ -67,9 +67,8 @@ class DaoCore:
         return Call(fn, *args, **kwargs)
 
     @staticmethod
-    def _message(id: str, offset_time_s: int, prio: int) -> Message:
-        return Message(message_id(id), None, seconds("offset_time_s", offset_time_s),
-                       priority(prio))
+    def _message(id: str, delay_s: int, prio: int, delay_name: str = "offset_time_s") -> Message:
+        return Message(message_id(id), None, seconds(delay_name, delay_s), priority(prio))
 
     def push(self, queue_name: str, id: str, offset_time_s: int, prio: int) -> DaoOp[None]:
         message = self._message(id, offset_time_s, prio)
@@ -121,7 +120,7 @@ class DaoCore:
         return bool((yield from self.by_id(queue_name, method, id, delay_ms)))
 
     def postpone(self, queue_name: str, id: str, prio: int, postpone_s: int) -> DaoOp[bool]:
-        message = self._message(id, postpone_s, prio)
+        message = self._message(id, postpone_s, prio, "postpone_s")
         for _ in range(POSTPONE_ATTEMPTS):
             # Each step is one script: the message is moved if it is there, else pushed if it
             # is still absent. Only an id pushed or removed by someone else in between makes
