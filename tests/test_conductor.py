@@ -37,22 +37,14 @@ from dynoqueue import (
 )
 from dynoqueue.conductor import AsyncDynoQueueDAO, DynoQueueDAO, QueueDAO
 
-from .apis import Bridge
+from .apis import Bridge, _View
 from .conftest import FakeClock, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class DaoView:
+class DaoView(_View):
     """An AsyncDynoQueueDAO whose coroutine methods block, run on the bridge's event loop."""
-
-    def __init__(self, dao: AsyncDynoQueueDAO, bridge: Bridge) -> None:
-        self._dao = dao
-        self._bridge = bridge
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._dao, name)
-        return lambda *args, **kwargs: self._bridge.call(method(*args, **kwargs))
 
 
 def dao_on(queues: Any, api: str, bridge: Bridge) -> Any:

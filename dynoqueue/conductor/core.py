@@ -46,6 +46,7 @@ def priority(value: object) -> int:
 
 
 def flag(name: str, value: object) -> bool:
+    """A switch: a bool (a truthy string is no answer)."""
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
     return value
