@@ -31,7 +31,7 @@ __all__ = ["ZONES"]
 
 #: Modules whose tests run on both APIs (the public-API contract suite).
 CONTRACT_MODULES = frozenset({"test_queue_api", "test_bad_input", "test_concurrency",
-                              "test_state_machine", "test_lifecycle"})
+                              "test_state_machine", "test_lifecycle", "test_conductor"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,0 +1,45 @@
+"""The one request a DAO operation makes, a :class:`Call`, and how each API makes it.
+
+An operation (:mod:`dynoqueue.conductor.core`) yields calls and receives their results; the
+error a call raises is thrown into the operation at its ``yield``, which may turn it into a
+typed error. :func:`outcome` makes a call (sync API), :func:`outcome_async` awaits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Call:
+    """``fn(*args, **kwargs)``: a method of a queue, or of a redis-py client; with the asyncio
+    API a coroutine function, whose result the driver awaits."""
+
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+
+#: A DAO operation: yields calls, receives their results, returns the DAO's result.
+DaoOp = Generator[Call, Any, T]
+
+
+def outcome(call: Call) -> tuple[Any, Exception | None]:
+    """Make the call: ``(result, None)``, or ``(None, error)`` for the operation to handle."""
+    try:
+        return call.fn(*call.args, **call.kwargs), None
+    except Exception as exc:
+        return None, exc
+
+
+async def outcome_async(call: Call) -> tuple[Any, Exception | None]:
+    """Await the call (cancellation is not caught: it ends the operation)."""
+    try:
+        return await call.fn(*call.args, **call.kwargs), None
+    except Exception as exc:
+        return None, exc

@@ -1,0 +1,91 @@
+"""Every queue under a factory's key prefix, as found in Redis (not only those opened here).
+
+A queue that holds any message, waiting or leased, has its message hash ``P.MESSAGE.Q`` (on a
+hash-tagged layout, Redis Cluster's, ``P.MESSAGE.{Q}``): a SCAN for those names finds every
+queue, including one whose messages are all leased (its waiting sets are then gone). On a
+Cluster the SCAN runs on every primary. The queues the factory opened are listed too, empty
+or not, as Conductor's DAO listed them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import (
+    AuthenticationError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+)
+
+from ..errors import AccessDeniedError, RedisOperationError
+from .calls import Call, DaoOp
+
+#: Keys asked per SCAN call (a hint to the server, not a limit).
+SCAN_COUNT = 1000
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+def queue_names(queues: Any, operation: str) -> DaoOp[list[str]]:
+    """The names of every queue of ``queues`` (a RedisQueues of either API), sorted.
+
+    Raises:
+        AccessDeniedError: the ACL user may not SCAN.
+        RedisOperationError: Redis failed (the error names ``operation``).
+    """
+    prefix = f"{queues.key_prefix}.MESSAGE."
+    tagged = bool(queues.settings.hash_tag)
+    pattern = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in prefix) + (
+        "{*}" if tagged else "*")
+    client = queues.quorum_conn
+    try:
+        if queues.settings.cluster:
+            keys = yield from _scan_primaries(client, pattern)
+        else:
+            keys = yield from _scan(client, pattern)
+    except (AuthenticationError, NoPermissionError) as exc:
+        raise AccessDeniedError(operation, pattern, str(exc)) from exc
+    except (RedisError, RedisClusterException) as exc:
+        raise RedisOperationError(operation, pattern, str(exc)) from exc
+    names = {queue.name for queue in queues.queues()}
+    for key in keys:
+        name = _queue_name(key, len(prefix), tagged)
+        if name:
+            names.add(name)
+    return sorted(names)
+
+
+def _queue_name(key: Any, start: int, tagged: bool) -> str | None:
+    """The queue a message hash key belongs to; None for a name this layout cannot hold."""
+    try:
+        text = key.decode() if isinstance(key, bytes) else str(key)
+    except UnicodeDecodeError:  # not a key dynoqueue wrote: names are text
+        return None
+    name = text[start:]
+    if tagged:
+        if not (name.startswith("{") and name.endswith("}")):
+            return None
+        name = name[1:-1]
+    return name or None
+
+
+def _scan_primaries(client: Any, pattern: str) -> DaoOp[list[Any]]:
+    if not client.get_primaries():  # an asyncio Cluster client learns its nodes when first used
+        yield Call(client.initialize)
+    keys: list[Any] = []
+    for node in client.get_primaries():
+        keys += yield from _scan(client, pattern, target_nodes=node)
+    return keys
+
+
+def _scan(client: Any, pattern: str, **route: Any) -> DaoOp[list[Any]]:
+    keys: list[Any] = []
+    cursor: Any = 0
+    while True:
+        cursor, batch = yield Call(client.scan, cursor, match=pattern, count=SCAN_COUNT,
+                                   **route)
+        if isinstance(cursor, dict):  # a Cluster client answers {node name: cursor}
+            (cursor,) = cursor.values()
+        keys += batch
+        if int(cursor) == 0:
+            return keys
