@@ -76,13 +76,13 @@ bench: $(VENV)/.stamp-bench
 # test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
 test: $(VENV)/.stamp-test java
 	$(ENSURE_REDIS)
-	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
+	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest
 
 # lint: ruff over the package, the tests and the benchmarks (needs only the dev extra).
 lint: $(VENV)/.stamp-dev
-	$(PY) -m ruff check dynoqueue tests benchmarks pyspark_dynoqueue.py
+	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
 
 # typecheck: mypy --strict over the package; it follows every import, so it needs the test set.
 typecheck: $(VENV)/.stamp-test

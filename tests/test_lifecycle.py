@@ -362,3 +362,13 @@ def test_postpone_moves_a_waiting_or_leased_message_atomically(make, clock) -> N
     assert q.info("w").priority == 5
     clock.advance(2000)
     assert [m.id for m in q.pop(2)] == ["w", "l"]
+
+
+def test_info_reports_the_stored_policys_max_deliveries_to_every_process(make_queues) -> None:
+    name = unique("stored")
+    configured = make_queues(shard_supplier=SingleShardSupplier("a")).get(
+        name, QueuePolicy(max_deliveries=4))
+    configured.push([Message("m")])
+    plain = make_queues(key_prefix=configured.keys.prefix,
+                        shard_supplier=SingleShardSupplier("a")).get(name)
+    assert plain.info("m").max_deliveries == 4

@@ -482,7 +482,7 @@ class QueueCore:
         if not reply:
             return None
         state = MessageState[as_text(reply[0])]
-        index, json, score, life, expires, ended_at, record = reply[1:8]
+        index, json, score, life, expires, ended_at, record, stored_max = reply[1:9]
         shard = self.shards[int(index) - 1] if int(index) else None
         rec = decode_record(life or record)
         raw = json or rec.get("j")
@@ -497,7 +497,7 @@ class QueueCore:
             priority=message.priority if message else 0,
             payload=message.payload if message else None,
             deliveries=int(rec.get("d") or 0),
-            max_deliveries=_max_deliveries(rec.get("m"), self.policy),
+            max_deliveries=_max_deliveries(rec.get("m"), int(stored_max)),
             enqueued_at_ms=_int_or_none(rec.get("e")),
             due_at_ms=due,
             lease_expires_at_ms=int(float(score)) if leased and score else None,
@@ -953,9 +953,8 @@ def _int_or_none(value: Any) -> int | None:
     return int(float(value))
 
 
-def _max_deliveries(own: Any, policy: QueuePolicy | None) -> int | None:
+def _max_deliveries(own: Any, stored: int) -> int | None:
+    """A message's own max deliveries, else the queue's stored policy's (None: unlimited)."""
     if own is not None:
         return int(own)
-    if policy is not None and policy.max_deliveries:
-        return policy.max_deliveries
-    return None
+    return stored or None

@@ -4,7 +4,7 @@
 -- Returns: false if unknown (or its retention ended), else
 --   {state, shard index or 0, json or '', score or '' (waiting: due + priority/100; leased:
 --    lease expiry), life record JSON or '', expires at or '', ended/died at or '',
---    ended/dead record JSON or ''}
+--    ended/dead record JSON or '', the stored policy's max deliveries}
 -- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
@@ -23,14 +23,15 @@ if json then
     score = redis.call('ZSCORE', k.queue(s), id)
     if tonumber(score) < now + 1 then state = 'READY' else state = 'DELAYED' end
   end
-  return {state, s, json, score, life, expires, '', ''}
+  return {state, s, json, score, life, expires, '', '', policy_of(k).max}
 end
 local dead = redis.call('HGET', k.deadinfo, id)
-if dead then return {'DEAD', 0, '', '', '', '', redis.call('ZSCORE', k.dead, id) or '', dead} end
+if dead then return {'DEAD', 0, '', '', '', '', redis.call('ZSCORE', k.dead, id) or '', dead, policy_of(k).max} end
 local ended = redis.call('HGET', k.ended, id)
 if ended then
   local ok, doc = pcall(cjson.decode, ended)
   local state = (ok and type(doc) == 'table' and doc.s) or 'ACKED'
-  return {state, 0, '', '', '', '', redis.call('ZSCORE', k.endedat, id) or '', ended}
+  return {state, 0, '', '', '', '', redis.call('ZSCORE', k.endedat, id) or '', ended,
+          policy_of(k).max}
 end
 return false

@@ -290,7 +290,8 @@ class DynoQueueStreamReader(DataSourceStreamReader):
                 lease_expiry: int) -> None:
         docs = [orjson.dumps({"id": m.id, "payload": m.payload, "priority": m.priority,
                               "timeout": m.timeout, "shard": m.shard, "claimed_at": claimed_at,
-                              "lease_expiry": lease_expiry, "deliveries": m.deliveries})
+                              "lease_expiry": lease_expiry, "deliveries": m.deliveries,
+                              "receipt": m.receipt})
                 for m in messages]
         key = self.keys.batch(number)
         conn = self._open().quorum_conn
@@ -312,17 +313,19 @@ class DynoQueueStreamReader(DataSourceStreamReader):
             key = self.keys.batch(number)
             with redis_errors("spark_stream_ack", key, self.options):
                 raws = conn.lrange(key, 0, -1)
-            ids = [orjson.loads(raw)["id"] for raw in raws]
-            acked = self._queue().ack_many(ids) if ids else 0
+            # Each with its lease receipt: a batch that outlived its lease cannot end the lease
+            # a later batch holds on the same message (one recorded before receipts: any lease).
+            leases = [_leased(orjson.loads(raw)) for raw in raws]
+            acked = self._queue().ack_many(leases) if leases else 0
             with redis_errors("spark_stream_ack", key, self.options):
                 pipe = conn.pipeline(transaction=True)
                 pipe.zrem(self.keys.pending, str(number))
                 pipe.delete(key)
                 pipe.execute()
-            if acked < len(ids):  # leases that ran out: those messages come again later
+            if acked < len(leases):  # leases that ran out: those messages come again later
                 log.warning("dynoqueue stream %s: batch %d acked %d of %d (the rest outlived "
                             "their lease and will be delivered again)",
-                            self.options.describe(), number, acked, len(ids))
+                            self.options.describe(), number, acked, len(leases))
 
     def _sweep(self) -> None:
         """Put back expired leases of every shard, at most once a second; never fails a trigger.
@@ -395,3 +398,13 @@ class DynoQueueStreamWriter(DataSourceStreamWriter):
         """Driver side: log what the finished partitions of a failed micro-batch pushed."""
         log.warning("dynoqueue stream write to %s, batch %d aborted; pushed before: %s",
                     self.options.describe(), batchId, summary(messages))
+
+
+def _leased(doc: dict[str, Any]) -> Message | str:
+    """A recorded claim as ``ack_many`` takes it: the Message with its receipt, else the id."""
+    if not doc.get("receipt"):
+        return str(doc["id"])
+    message = Message(str(doc["id"]), shard=doc.get("shard"))
+    message.receipt = str(doc["receipt"])
+    return message
+
