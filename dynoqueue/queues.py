@@ -149,6 +149,7 @@ class RedisQueues(QueuesBase[DynoQueue]):
         owned = self._detach()
         for queue in queues:
             self._driver.close_doorbell(queue._core)
+        self._driver.release()
         for client in owned:
             client.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import redis
 
 from dynoqueue import (
     ConfigurationError,
+    DynoQueueError,
     Message,
     QueueClosedError,
     SingleShardSupplier,
@@ -23,6 +25,7 @@ from dynoqueue import (
 )
 from dynoqueue import RedisQueues as SyncRedisQueues
 from dynoqueue.asyncio import DynoQueue, RedisQueues
+from dynoqueue.embedded import SentinelRing
 
 from .conftest import unique
 
@@ -185,3 +188,53 @@ def test_the_factory_hands_out_asyncio_queues(redis_server, prefix) -> None:
         await queues.aclose()  # idempotent
 
     run(scenario())
+
+
+@pytest.mark.slow
+def test_async_pushes_follow_a_sentinel_failover_and_lose_nothing_acknowledged() -> None:
+    """The asyncio driver's own paths (auto-pipelined scripts, pipelines with WAIT) retry
+    through a primary's SIGKILL and follow the new primary, as the sync fault test shows."""
+    safe = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    acknowledged: list[str] = []
+    errors: list[BaseException] = []
+    with SentinelRing(zones, extra_args=safe, down_after_ms=1000) as ring:
+        prefix = f"af{uuid.uuid4().hex[:8]}"
+
+        async def scenario() -> float:
+            async with RedisQueues.from_url(ring.url, key_prefix=prefix, write_quorum=1,
+                                            write_quorum_timeout_ms=500,
+                                            unack_handler_interval_ms=0) as queues:
+                q = queues.get("load")
+                stop = asyncio.Event()
+
+                async def produce(k: int) -> None:
+                    i = 0
+                    while not stop.is_set():
+                        mid = f"p{k}.{i}"
+                        i += 1
+                        try:
+                            await q.push([Message(mid)])
+                            acknowledged.append(mid)
+                        except DynoQueueError as exc:
+                            errors.append(exc)
+                            await asyncio.sleep(0.05)
+
+                producers = [asyncio.create_task(produce(k)) for k in range(10)]
+                await asyncio.sleep(0.5)
+                old = ring.current_primary()
+                killed_at = len(acknowledged)
+                old.kill()
+                await asyncio.to_thread(ring.wait_for_new_primary, old, 30)
+                await asyncio.sleep(1.0)
+                stop.set()
+                await asyncio.gather(*producers)
+                return killed_at
+
+        killed_at = asyncio.run(scenario())
+        with SyncRedisQueues.from_url(ring.url, key_prefix=prefix, read_from_replicas=False,
+                                      unack_handler_interval_ms=0) as sync_queues:
+            stored = {m.id for m in sync_queues.get("load").get_all_messages()}
+    assert len(acknowledged) > killed_at + 10  # pushes went on after the failover
+    assert set(acknowledged) <= stored, sorted(set(acknowledged) - stored)[:10]
+    assert all(isinstance(e, DynoQueueError) for e in errors)

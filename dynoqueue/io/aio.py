@@ -16,12 +16,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
 from ..core.queue import QueueCore
 from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the hiredis extra: packs commands in C
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is optional
+    _hiredis_pack = None
 
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
@@ -39,6 +46,10 @@ class AsyncDriver:
         self._clients = {rq.QUORUM: quorum, "read": read}
         self._bells = Doorbells(TaskDoorbell, quorum)
         self._node_clients: dict[str, Any] = {}  # Cluster primary name -> its own client
+        # Commands that tasks send at the same moment on a plain redis.asyncio.Redis go out as
+        # one pipelined write on one connection (auto-pipelining), per role.
+        self._batchers = {role: _Batcher(client) for role, client in self._clients.items()
+                          if type(client) is redis.asyncio.Redis and client.connection is None}
         self._handlers: dict[type, Handler] = {
             rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
             rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: asyncio.sleep(r.seconds),
@@ -56,6 +67,11 @@ class AsyncDriver:
         return step.result  # type: ignore[no-any-return]
 
     async def _outcome(self, request: Any) -> tuple[Any, BaseException | None]:
+        if type(request) is rq.Command and request.replica_of is None:
+            batcher = self._batchers.get(request.role)
+            if batcher is not None:
+                return await _settled(batcher.submit(request.args),
+                                      state_change=request.role == rq.QUORUM)
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
@@ -135,6 +151,101 @@ class AsyncDriver:
         for client in clients:
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
+
+
+def _packed(conn: Any, commands: list[Any]) -> Any:
+    """The wire form of ``commands``: hiredis's C packer when it is installed and the client
+    encodes text as strict UTF-8 (what hiredis does), else redis.asyncio's Python packer."""
+    encoder = conn.encoder
+    if _hiredis_pack is not None and encoder.encoding.lower() in ("utf-8", "utf8") \
+            and encoder.encoding_errors == "strict":
+        return b"".join([_hiredis_pack(tuple(args)) for args in commands])
+    return conn.pack_commands(commands)
+
+
+async def _settled(future: asyncio.Future[Any], *,
+                   state_change: bool) -> tuple[Any, BaseException | None]:
+    """The outcome of a batched command. A caller cancelled meanwhile gets Cancelled, with the
+    reply of a state change that went out anyway (it may have leased messages)."""
+    try:
+        return await asyncio.shield(future), None
+    except asyncio.CancelledError:
+        if state_change:
+            with contextlib.suppress(Exception):
+                return None, rq.Cancelled(await future)
+        return None, rq.Cancelled()
+    except Exception as exc:  # handed to the operation, which decides
+        return None, exc
+
+
+class _Batcher:
+    """Auto-pipelining for one client: what is submitted while a batch is in flight goes out
+    as the next batch, one write and one read pass each, on one connection of the pool. A
+    failed batch is retried by the connection's Retry, as redis-py retries a pipeline."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def submit(self, args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        # A caller cancelled meanwhile may never look: mark an error as seen, so asyncio does
+        # not log "exception was never retrieved" (the operation already got Cancelled).
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._pending.append((args, future))
+        if self._flusher is None:
+            self._flusher = loop.create_task(self._flush())
+        return future
+
+    async def _flush(self) -> None:
+        pool = self._client.connection_pool
+        try:
+            conn = await pool.get_connection()
+        except BaseException as exc:
+            self._fail(self._pending, exc)
+            self._pending, self._flusher = [], None
+            raise
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._exchange(conn, batch)
+        finally:
+            self._flusher = None
+            await pool.release(conn)
+
+    async def _exchange(self, conn: Any, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+        packed = _packed(conn, [args for args, _ in batch])
+        replies: list[Any] = []
+
+        async def once() -> None:
+            replies.clear()
+            await conn.send_packed_command(packed, check_health=False)
+            for _ in batch:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # this command's error; the rest still reply
+                    replies.append(exc)
+
+        try:
+            await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if not future.done():
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+
+    @staticmethod
+    def _fail(batch: list[tuple[Any, asyncio.Future[Any]]], exc: BaseException) -> None:
+        error = exc if isinstance(exc, Exception) else RedisConnectionError(str(exc))
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(error)
 
 
 class TaskDoorbell(DoorbellBase):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import redis
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..core import doorbell as bell
@@ -21,6 +22,7 @@ from ..core.queue import QueueCore
 from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
 
 T = TypeVar("T")
+_SCRIPT_CALLS = ("EVALSHA", "EVAL")
 
 
 class SyncDriver:
@@ -33,6 +35,15 @@ class SyncDriver:
     def __init__(self, quorum: Any, read: Any) -> None:
         self._clients = {rq.QUORUM: quorum, "read": read}
         self._bells = Doorbells(ThreadDoorbell, quorum)
+        # Script calls (nearly every operation) on a plain redis.Redis skip redis-py's per-call
+        # pool checkout (it polls the socket) and its instrumentation: each thread keeps one
+        # connection per role, released when the factory closes. Retries and reconnects (a
+        # Sentinel failover included) still go through the connection's own Retry.
+        self._pinnable = {role for role, client in self._clients.items()
+                          if type(client) is redis.Redis and client.connection is None}
+        self._pinned = threading.local()
+        self._pins: list[tuple[Any, Any]] = []
+        self._pins_lock = threading.Lock()
         self._handlers: dict[type, Callable[[Any], Any]] = {
             rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
             rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: time.sleep(r.seconds),
@@ -56,7 +67,32 @@ class SyncDriver:
         client = self._clients[request.role]
         if request.replica_of is not None:
             client = client.get_redis_connection(replica_node(client, request.replica_of))
+        elif request.role in self._pinnable and request.args[0] in _SCRIPT_CALLS:
+            return self._script_call(request.role, client, request.args)
         return client.execute_command(*request.args)
+
+    def _script_call(self, role: str, client: Any, args: Sequence[Any]) -> Any:
+        conn = getattr(self._pinned, role, None)
+        if conn is None:
+            conn = client.connection_pool.get_connection()
+            setattr(self._pinned, role, conn)
+            with self._pins_lock:
+                self._pins.append((client.connection_pool, conn))
+        packed = conn.pack_command(*args)
+
+        def once() -> Any:
+            conn.send_packed_command(packed, check_health=False)
+            return conn.read_response()
+
+        return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+
+    def release(self) -> None:
+        """Give the connections pinned by threads back to their pools (the factory closes)."""
+        with self._pins_lock:
+            pins, self._pins = self._pins, []
+        for pool, conn in pins:
+            with contextlib.suppress(RedisError, OSError):
+                pool.release(conn)
 
     def _pipeline(self, request: rq.Pipeline) -> list[Any]:
         client = self._clients[request.role]
