@@ -95,6 +95,19 @@ local function receipt_of(rec)
   return nil
 end
 
+-- The shard (1..n) where id is leased, and its lifecycle record, when it is leased by receipt
+-- ('' = any lease of the id); nil when it is not leased, or leased again since that receipt.
+local function leased(k, id, receipt)
+  for s = 1, k.n do
+    if redis.call('ZSCORE', k.unack(s), id) then
+      local rec = life_of(k, id)
+      if receipt == '' or receipt_of(rec) == receipt then return s, rec end
+      return nil, nil
+    end
+  end
+  return nil, nil
+end
+
 local function max_deliveries(rec, p)
   return tonumber(rec.m) or p.max
 end

@@ -10,19 +10,14 @@ local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local buried = 0
 for i = 4, #ARGV, 2 do
-  local id, receipt = ARGV[i], ARGV[i + 1]
-  for s = 1, k.n do
-    if redis.call('ZSCORE', k.unack(s), id) then
-      local rec = life_of(k, id)
-      if receipt == '' or receipt_of(rec) == receipt then
-        if ARGV[3] ~= '' then
-          rec.l = ARGV[3]
-          save_life(k, id, rec)
-        end
-        if dead_letter(k, id, ARGV[2], now, s) then buried = buried + 1 end
-      end
-      break
+  local id = ARGV[i]
+  local s, rec = leased(k, id, ARGV[i + 1])
+  if s then
+    if ARGV[3] ~= '' then
+      rec.l = ARGV[3]
+      save_life(k, id, rec)
     end
+    if dead_letter(k, id, ARGV[2], now, s) then buried = buried + 1 end
   end
 end
 return buried

@@ -13,35 +13,30 @@ local p = policy_of(k)
 local again, dead = 0, 0
 local first_before = {}
 for i = 4, #ARGV, 2 do
-  local id, receipt = ARGV[i], ARGV[i + 1]
-  for s = 1, k.n do
-    if redis.call('ZSCORE', k.unack(s), id) then
-      local rec = life_of(k, id)
-      if receipt == '' or receipt_of(rec) == receipt then
-        if ARGV[3] ~= '' then rec.l = ARGV[3] end
-        local json = redis.call('HGET', k.msg, id)
-        local most = max_deliveries(rec, p)
-        if not json then
-          forget(k, id, s)
-        elseif most > 0 and (rec.d or 0) >= most then
-          save_life(k, id, rec)
-          dead_letter(k, id, 'max_deliveries', now, s)
-          dead = dead + 1
-        else
-          save_life(k, id, rec)
-          local qkey = k.queue(s)
-          if first_before[s] == nil then first_before[s] = earliest(qkey) or false end
-          local score = now + delay + priority_of(json) / 100
-          redis.call('ZREM', k.unack(s), id)
-          redis.call('ZADD', qkey, score, id)
-          if first_before[s] == false or score < first_before[s] then
-            ring(qkey)
-            first_before[s] = score
-          end
-          again = again + 1
-        end
+  local id = ARGV[i]
+  local s, rec = leased(k, id, ARGV[i + 1])
+  if s then
+    if ARGV[3] ~= '' then rec.l = ARGV[3] end
+    local json = redis.call('HGET', k.msg, id)
+    local most = max_deliveries(rec, p)
+    if not json then
+      forget(k, id, s)
+    elseif most > 0 and (rec.d or 0) >= most then
+      save_life(k, id, rec)
+      dead_letter(k, id, 'max_deliveries', now, s)
+      dead = dead + 1
+    else
+      save_life(k, id, rec)
+      local qkey = k.queue(s)
+      if first_before[s] == nil then first_before[s] = earliest(qkey) or false end
+      local score = now + delay + priority_of(json) / 100
+      redis.call('ZREM', k.unack(s), id)
+      redis.call('ZADD', qkey, score, id)
+      if first_before[s] == false or score < first_before[s] then
+        ring(qkey)
+        first_before[s] = score
       end
-      break
+      again = again + 1
     end
   end
 end
