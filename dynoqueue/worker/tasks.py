@@ -63,7 +63,8 @@ class Worker(WorkerBase):
         ``immediate``: do not wait for running handlers."""
         loop = self._loop
         if loop is not None and _running_loop() is not loop:
-            loop.call_soon_threadsafe(self._engine.stop, immediate)
+            with contextlib.suppress(RuntimeError):  # the loop closed: run() has returned
+                loop.call_soon_threadsafe(self._engine.stop, immediate)
         else:
             self._engine.stop(immediate)
 
@@ -94,6 +95,7 @@ class Worker(WorkerBase):
             for sig, previous in installed:
                 loop.remove_signal_handler(sig)
                 signal.signal(sig, previous)
+            self._loop = None
         if self._error is not None:
             raise self._error
 
