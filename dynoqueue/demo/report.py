@@ -272,8 +272,8 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
     t = report.total
     if report.ok:
         out.print(f"[bold green]OK[/]: {t.acked}/{report.flights} sent, {t.dead_lettered} "
-                  f"dead-lettered, 0 lost, 0 early, {t.redelivered} repeats; lateness p50 "
-                  f"{_ms(t.lateness.p50)} ms, p99 {_ms(t.lateness.p99)} ms")
+                  f"dead-lettered, 0 lost, 0 early; late p50 {_ms(t.lateness.p50)} ms, "
+                  f"p99 {_ms(t.lateness.p99)} ms")
     else:
         names = "; ".join(f"{inv.name} ({inv.detail})" for inv in report.failed)
         out.print(f"[bold red]FAILED[/]: {names}")
