@@ -442,6 +442,23 @@ def test_stop_at_the_grace_deadline_leaves_a_running_message_leased(setup: Setup
     assert info is not None and info.state is MessageState.READY and info.deliveries == 1
 
 
+def test_a_worker_that_lost_its_lease_leaves_the_new_holder_alone(setup: Setup) -> None:
+    setup.push({"m": {"sleep": 1.0}})
+    q = setup.queue()
+    with InProcess(setup, concurrency=1, lease_ms=5_000):
+        wait_for("started", lambda: len(setup.events("start")) == 1, 10, setup)
+        # Its lease runs out behind its back and someone else takes the message.
+        assert q.set_unack_timeout("m", 0) and q.process_unacks() == 1
+        (taken,) = q.pop(1)
+        assert taken.deliveries == 2
+        wait_for("the old handler finished", lambda: bool(setup.events("end")), 10, setup)
+        time.sleep(0.3)  # its ack (with its own receipt) has been sent by now
+        info = q.info("m")
+        assert info is not None and info.state is MessageState.LEASED
+        assert info.deliveries == 2
+    assert q.ack("m", receipt=taken.receipt)  # the new holder's lease was untouched
+
+
 def test_an_idle_worker_takes_a_message_within_ms_of_it_falling_due(setup: Setup) -> None:
     with InProcess(setup, concurrency=2):
         time.sleep(0.6)  # idle: waiting in a pop
