@@ -135,6 +135,13 @@ class Step:
             self.pending = False
 
 
+_Lease = tuple[str, str | None]
+
+
+def _lease(message: Message) -> _Lease:
+    return message.id, message.receipt
+
+
 class _Work:
     """What the finisher has to do now (taken under the lock, done outside it)."""
 
@@ -178,8 +185,10 @@ class WorkerEngine:
         self.phase = Phase.RUNNING
         self._epochs = dict.fromkeys(ROLES, 0)
         self._backlog: deque[Message] = deque()  # leased, not started
-        self._running: dict[str, Message] = {}  # handlers running
-        self._in_hand: dict[str, Message] = {}  # every lease this worker keeps alive
+        # By lease (id, receipt): a message delivered again while an older delivery of it
+        # still runs here (its lease was lost) is another entry.
+        self._running: dict[_Lease, Message] = {}  # handlers running
+        self._in_hand: dict[_Lease, Message] = {}  # every lease this worker keeps alive
         self._results: list[tuple[Message, Decision]] = []  # finished, not sent yet
         self._releases: list[Message] = []  # to give back unstarted (nack, delay 0)
         self._popping = False
@@ -232,8 +241,8 @@ class WorkerEngine:
         """(Lock held.) Stop waiting for running handlers: their messages stay leased."""
         if self._running:
             self.left_running = len(self._running)
-            for message_id in self._running:
-                self._in_hand.pop(message_id, None)
+            for lease in self._running:
+                self._in_hand.pop(lease, None)
             log.warning("queue %s: %d handlers still running as the worker stops; their "
                         "messages stay leased and are delivered again after their lease",
                         self.settings.queue_name, len(self._running))
@@ -311,7 +320,7 @@ class WorkerEngine:
             if messages and not self._in_hand:
                 self._next_heartbeat = self._clock() + self._heartbeat_s
             for message in messages:
-                self._in_hand[message.id] = message
+                self._in_hand[_lease(message)] = message
             if self.phase is Phase.RUNNING:
                 self._backlog.extend(messages)
             else:  # stopped while the pop ran: give them back
@@ -329,7 +338,7 @@ class WorkerEngine:
             with self._lock:
                 message = self._backlog.popleft() if self._backlog else None
                 if message is not None:
-                    self._running[message.id] = message
+                    self._running[_lease(message)] = message
                 stopping = self.phase is not Phase.RUNNING
                 epoch = self._epochs["slots"]
             if message is None:
@@ -344,9 +353,9 @@ class WorkerEngine:
     def _finished(self, message: Message, error: BaseException | None, seconds: float) -> None:
         decision = decide(message, error, self.settings.backoff, self._rand())
         with self._lock:
-            self._running.pop(message.id, None)
+            self._running.pop(_lease(message), None)
             self._mean_s = seconds if self._mean_s is None else 0.8 * self._mean_s + 0.2 * seconds
-            late = message.id not in self._in_hand
+            late = _lease(message) not in self._in_hand
             if not late:
                 self._results.append((message, decision))
             roles = self._bump("finisher", "claimer")
@@ -387,7 +396,7 @@ class WorkerEngine:
                 self._enter_final()
                 roles = self._bump(*ROLES)
             for message, decision in self._results:
-                self._in_hand.pop(message.id, None)  # no heartbeat for what is being ended
+                self._in_hand.pop(_lease(message), None)  # no heartbeat for what is ending
                 if decision.action == "ack":
                     work.acks.append(message)
                 else:
@@ -395,7 +404,7 @@ class WorkerEngine:
             self._results = []
             work.releases, self._releases = self._releases, []
             for message in work.releases:
-                self._in_hand.pop(message.id, None)
+                self._in_hand.pop(_lease(message), None)
             live = self.phase in (Phase.RUNNING, Phase.DRAINING)
             if live and self._in_hand and now >= self._next_heartbeat:
                 work.heartbeat = list(self._in_hand.values())
