@@ -31,13 +31,16 @@ from .model.sharding import (
 from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 from .queue import DynoQueue
 from .queues import RedisQueues
+from .worker import Backoff, DeadLetterNow, Retry, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessDeniedError",
+    "Backoff",
     "ConfigurationError",
     "DeadLetter",
+    "DeadLetterNow",
     "DynoQueue",
     "DynoQueueError",
     "InvalidArgumentError",
@@ -55,12 +58,14 @@ __all__ = [
     "RedisQueues",
     "RedisServerNotFoundError",
     "RedisServerStartError",
+    "Retry",
     "RetryBudget",
     "RoundRobinStrategy",
     "ShardSupplier",
     "ShardingStrategy",
     "SingleShardSupplier",
     "StaticShardSupplier",
+    "Worker",
     "ZoneShardSupplier",
     "__version__",
 ]

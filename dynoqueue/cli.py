@@ -6,6 +6,8 @@ Subcommands:
   3-zone Redis ring (see :mod:`dynoqueue.demo` and ``docs/demo.md``).
 * ``dynoqueue spark-demo``: the same reminders for a month (or a year) of flights, scheduled and
   consumed by Spark through the ``dynoqueue`` data source (see :mod:`dynoqueue.spark`).
+* ``dynoqueue worker pkg.module:handler --url URL --queue NAME``: consume a queue with a Worker
+  (see :mod:`dynoqueue.worker`).
 * ``dynoqueue bench``: the benchmark suite against peer queue libraries and the Redis limit (lives
   in ``benchmarks/`` of a source checkout).
 
@@ -63,12 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_spark_demo(commands)
     _add_bench(commands)
+    _add_worker(commands)
     return parser
 
 
 def _add_spark_demo(commands: Any) -> None:
     # Light import: dynoqueue.spark.cli imports pyspark only when the command runs.
     from .spark.cli import add_parser
+
+    add_parser(commands)
+
+
+def _add_worker(commands: Any) -> None:
+    from .worker.cli import add_parser
 
     add_parser(commands)
 

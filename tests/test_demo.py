@@ -92,7 +92,8 @@ def test_known_flights_and_their_offsets(reminders: list[Reminder]) -> None:
     assert (first.dest, last.dest, last.zone) == ("CLT", "BQN", "us-east-1b")
     payload = json.loads(last.payload())
     assert payload == {"flight": "B6727", "origin": "JFK", "dest": "BQN",
-                       "sched_dep": "2013-01-15T23:59", "remind_at": "2013-01-15T23:29"}
+                       "sched_dep": "2013-01-15T23:59", "remind_at": "2013-01-15T23:29",
+                       "dep_delay": 0}
 
     real = schedule_offsets_ms(reminders, 1.0)
     assert real[reminders.index(first)] == 0
@@ -116,6 +117,19 @@ def test_every_reminder_matches_its_csv_row(
         assert reminder.sched_dep_utc == time_hour + timedelta(minutes=int(row["minute"]))
         assert reminder.remind_at_utc == reminder.sched_dep_utc - timedelta(minutes=30)
         assert reminder.dest == row["dest"]
+        assert reminder.cancelled == (row["dep_time"] == "NA")
+        if not reminder.cancelled:
+            assert reminder.dep_delay_min == max(0, int(row["dep_delay"]))
+
+
+def test_cancelled_and_late_flights_of_the_day(reminders: list[Reminder],
+                                               rows: list[dict[str, str]]) -> None:
+    cancelled = [r for r in reminders if r.cancelled]
+    assert len(cancelled) == sum(1 for row in rows if row["dep_time"] == "NA") == 13
+    assert all(json.loads(r.payload())["dep_delay"] is None for r in cancelled)
+    assert {r.id for r in cancelled} >= {"2013-01-15/VX399/JFK/0705"}
+    late = [r for r in reminders if r.dep_delay_min > 0]
+    assert len(late) == 164 and max(r.dep_delay_min for r in late) == 170
 
 
 def test_summer_day_uses_daylight_saving_time() -> None:
@@ -175,6 +189,10 @@ def test_options_are_validated() -> None:
         DemoOptions(compression=-1.0).validate()
     with pytest.raises(InvalidArgumentError):
         DemoOptions(crash_zone="eu-west-1a").validate()
+    with pytest.raises(InvalidArgumentError):
+        DemoOptions(max_deliveries=3).validate()  # a reminder may need 4 deliveries
+    with pytest.raises(InvalidArgumentError):
+        DemoOptions(pop_count=1001).validate()  # over a Worker's batch_size
     with pytest.raises(InvalidArgumentError):
         compression_for([], 0)
 
@@ -244,12 +262,18 @@ def _assert_readable_at_100(text: str, report: DemoReport) -> None:
         values.append(f"{airport} {count} from {AIRPORT_ZONES[airport]}")
     for value in values:
         assert any(value in line for line in lines), f"{value!r} is split or missing"
+    split = [line.split() for line in lines]
     for row in [*report.zones, report.total]:
         late = row.lateness
-        cells = [row.zone, row.pushed, row.popped, row.redelivered, row.acked, row.lost,
-                 row.early, late.p50, late.p99, late.max, row.left]
+        cells = [row.zone, row.pushed, row.popped, row.redelivered, row.acked, row.dead_lettered,
+                 row.lost, row.early, late.p50, late.p99, late.max, row.left]
         expected = ["-" if cell is None else str(cell) for cell in cells]
-        assert expected in [line.split() for line in lines], f"row {expected} is split"
+        assert expected in split, f"row {expected} is split"
+        outcomes = [str(cell) for cell in (row.zone, row.handled, row.acked, row.postponed,
+                                           row.retried, row.dead_lettered)]
+        assert outcomes in split, f"handler row {outcomes} is split"
+    for dead in report.dead_letters:
+        assert any(dead in line for line in lines), dead
     for call in report.calls:  # one line each: the call, then what it did
         assert any(line.strip().startswith(call.call) and line.rstrip().endswith(call.what)
                    for line in lines), call
@@ -258,17 +282,20 @@ def _assert_readable_at_100(text: str, report: DemoReport) -> None:
 def _made_up_report(*, ok: bool = True) -> DemoReport:
     """A report with wide values (5-digit ports and lateness, long counts), as a run could give."""
     zones = [
-        ZoneStats("us-east-1a", "a", pushed=99_001, popped=99_001, acked=99_001,
-                  lateness=Lateness(99_001, 12_345, 23_456, 34_567)),
+        ZoneStats("us-east-1a", "a", pushed=99_001, popped=99_001, acked=98_001,
+                  dead_lettered=1_000, lateness=Lateness(99_001, 12_345, 23_456, 34_567),
+                  handled=99_001, postponed=10_000, retried=1_234),
         ZoneStats("us-east-1b", "b", pushed=99_002, popped=99_022, redelivered=20,
                   acked=99_002 if ok else 98_982, lost=0 if ok else 20,
-                  lateness=Lateness(99_002, 11_111, 22_222, 33_333), leased=0 if ok else 20),
+                  lateness=Lateness(99_002, 11_111, 22_222, 33_333), leased=0 if ok else 20,
+                  handled=99_002, postponed=12_345),
         ZoneStats("us-east-1c", "c", pushed=99_003, popped=99_003, acked=99_003,
-                  lateness=Lateness()),
+                  lateness=Lateness(), handled=99_003),
     ]
     total = ZoneStats("total", pushed=297_006, popped=297_026, redelivered=20,
-                      acked=297_006 if ok else 296_986, lost=0 if ok else 20,
-                      lateness=Lateness(198_003, 12_000, 23_000, 34_567), leased=0 if ok else 20)
+                      acked=296_006 if ok else 295_986, dead_lettered=1_000,
+                      lost=0 if ok else 20, lateness=Lateness(198_003, 12_000, 23_000, 34_567),
+                      leased=0 if ok else 20, handled=297_006, postponed=22_345, retried=1_234)
     return DemoReport(
         day=DAY, flights=297_006, compression=3417.0, schedule_s=20.0,
         topology="local zone ring: a primary, a replica in each other zone; write_quorum=1",
@@ -278,12 +305,16 @@ def _made_up_report(*, ok: bool = True) -> DemoReport:
         producers={"EWR": 99_001, "JFK": 99_002, "LGA": 99_003}, zones=zones, total=total,
         crash=CrashInfo("us-east-1b", held=20, recovered=20 if ok else 0,
                         recovery_ms=(1163, 1664) if ok else None,
-                        redelivered_in={"us-east-1b": 20} if ok else {}, lease_ms=2000),
+                        redelivered_in={"us-east-1b": 20} if ok else {}, lease_ms=2000,
+                        concurrency=20),
         calls=[ApiCall("RedisQueues.from_url(...)", "3 factories, one per zone"),
                ApiCall("queue.push(messages)", "2,971 calls by the 3 producers"),
-               ApiCall("queue.pop(50)", "12,345 calls by the live consumers")],
-        invariants=[Invariant("lost == 0", ok, "297006 of 297006 delivered and acked")],
+               ApiCall("Worker(queue, handler, ...)",
+                       "6 Workers in threads, concurrency 4: 297006 handler calls")],
+        invariants=[Invariant("lost == 0", ok, "296006 sent + 1000 dead-lettered of 297006")],
         elapsed_s=21.8,
+        dead_letters=[f"AA{700 + i}/LGA-DFW" for i in range(30)],
+        max_deliveries=5,
     )
 
 
@@ -293,12 +324,15 @@ def test_report_fits_100_columns_without_splitting_a_value() -> None:
     _assert_readable_at_100(text, report)
     # One row key: the consuming zone; the crash's redeliveries are on its zone's row.
     assert "reminders by the zone that consumed them" in text
-    assert "redelivered¹" in text
-    footnote = text[text.index("¹ redelivered:"):]
-    assert "us-east-1b's unack reprocessor" in " ".join(footnote.split())
+    assert "repeats¹" in text and "what the live Workers' handler did" in text
+    footnote = " ".join(text[text.index("¹ repeats:"):].split())
+    assert "killed with SIGKILL while its handler hung on 20 reminders" in footnote
+    assert "us-east-1b's lease sweeps put them back" in footnote
+    assert "dead letters (30, queue.dead_letters()): AA700/LGA-DFW" in text
+    assert "max_deliveries=5" in text
     assert "what the demo did (code: dynoqueue/demo/run.py)" in text
-    assert text.splitlines()[-1] == ("OK: 297006/297006 delivered, 0 lost, 0 early, "
-                                     "20 redelivered; lateness p50 12000 ms, p99 23000 ms")
+    assert text.splitlines()[-1] == ("OK: 296006/297006 sent, 1000 dead-lettered, 0 lost, "
+                                     "0 early; late p50 12000 ms, p99 23000 ms")
 
 
 def test_failed_report_marks_the_leftovers_and_ends_with_failed() -> None:
@@ -307,8 +341,8 @@ def test_failed_report_marks_the_leftovers_and_ends_with_failed() -> None:
     _assert_readable_at_100(text, report)
     assert text.splitlines()[-1].startswith("FAILED: lost == 0")
     # No claim that the reprocessor put back what never came back.
-    footnote = " ".join(text[text.index("¹ redelivered:"):].split())
-    assert "No live consumer delivered them again before the run ended" in footnote
+    footnote = " ".join(text[text.index("¹ repeats:"):].split())
+    assert "No live Worker delivered them again before the run ended" in footnote
     assert "put them back" not in footnote
     assert _render(report, quiet=True).startswith("FAILED")
 
@@ -323,20 +357,32 @@ def test_short_demo_on_a_fresh_ring(reminders: list[Reminder]) -> None:
     took = time.monotonic() - started
     assert report.ok, report.failed
     total = report.total
-    assert total.pushed == total.acked == report.flights == len(reminders)
+    cancelled = sorted(r.id for r in reminders if r.cancelled)
+    assert total.pushed == report.flights == len(reminders)
+    assert (total.acked, total.dead_lettered) == (len(reminders) - len(cancelled), len(cancelled))
     assert total.lost == 0 and total.early == 0
+    # The lifecycle on the data: late flights postponed, flaky sends retried, cancelled
+    # flights dead-lettered and listed (by flight, from queue.dead_letters()).
+    assert 100 <= total.postponed <= 164 and total.retried >= 10
+    assert sorted(report.dead_letters) == sorted(
+        f"{r.carrier}{r.flight}/{r.origin}-{r.dest}" for r in reminders if r.cancelled)
+    assert report.max_deliveries == 5
     assert report.producers == {a: sum(1 for r in reminders if r.origin == a)
                                 for a in AIRPORT_ZONES}
     # Rows by consuming zone: every count of a row is about that zone's own shard.
     assert [(row.zone, row.shard) for row in report.zones] == [
         ("us-east-1a", "a"), ("us-east-1b", "b"), ("us-east-1c", "c")]
     for row in report.zones:
-        assert row.pushed == row.acked + row.lost
-        assert row.popped == row.acked + row.redelivered  # each acked once, plus repeats
+        assert row.pushed == row.acked + row.dead_lettered + row.lost
+        # Each ended once (sent or dead-lettered), plus repeats.
+        assert row.popped == row.acked + row.dead_lettered + row.redelivered
+        # Every live handler call ended one way.
+        assert row.handled == row.acked + row.postponed + row.retried + row.dead_lettered
         assert (row.waiting, row.leased) == (0, 0)
         assert 250 <= row.pushed <= 350  # round robin: about a third each
     assert sum(row.popped for row in report.zones) == total.popped
-    assert total.popped == total.acked + total.redelivered
+    assert total.popped == total.acked + total.dead_lettered + total.redelivered
+    assert total.handled + report.crash.held == total.popped  # type: ignore[union-attr]
     # The crash was in us-east-1b: its messages came back there, and are counted there.
     crash = report.crash
     assert crash is not None and crash.held >= 1 and crash.recovered == crash.held
@@ -351,7 +397,13 @@ def test_short_demo_on_a_fresh_ring(reminders: list[Reminder]) -> None:
     calls = {call.call: call.what for call in report.calls}
     assert calls["RedisQueues.from_url(...)"].startswith("3 factories")
     assert f"{len(reminders)} messages" in calls["queue.push(messages)"]
-    assert {"queue.pop(50)", "queue.pop(1, wait_ms=200)", "queue.ack_many(messages)",
+    assert calls["Worker(queue, handler, ...)"].startswith("6 Workers in threads")
+    assert calls["raise DeadLetterNow(reason)"] == (
+        f"{len(cancelled)} cancelled flights dead-lettered")
+    assert calls["dynoqueue worker ...:hold"] == (
+        f"1 process in us-east-1b, SIGKILLed holding {crash.held} reminder"
+        + ("s" if crash.held > 1 else ""))
+    assert {"raise Retry(delay_ms)", "raise SmsGatewayTimeout()", "queue.dead_letters()",
             "unack reprocessor"} <= set(calls)
     assert took < 4.0 + 15.0
     text = _render(report)
@@ -363,7 +415,7 @@ def test_short_demo_on_a_fresh_ring(reminders: list[Reminder]) -> None:
 def test_cli_demo_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--duration", "3"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1].startswith("OK: 894/894 delivered, 0 lost, 0 early")
+    assert out.splitlines()[-1].startswith("OK: 881/894 sent, 13 dead-lettered, 0 lost, 0 early")
     assert "us-east-1a" in out and "LGA" in out
     assert "0/0" not in out and "uacked" not in out
     assert max(len(line) for line in out.splitlines()) <= 100
@@ -394,12 +446,13 @@ def test_a_broken_run_fails_its_invariants(reminders: list[Reminder]) -> None:
     crash = report.crash
     assert crash is not None and crash.held >= 1 and crash.recovered == 0
     assert report.total.lost == crash.held
+    assert report.total.dead_lettered == 13  # the cancelled flights, as in a good run
     # The held messages are lost from, and still leased in, the crash's zone only.
     assert [row.lost for row in report.zones] == [0, crash.held, 0]
     assert [row.leased for row in report.zones] == [0, crash.held, 0]
     failed = {inv.name: inv.detail for inv in report.failed}
     assert {"lost == 0", "every shard empty at the end",
-            "crashed consumer's messages redelivered"} <= set(failed)
+            "killed Worker's messages redelivered"} <= set(failed)
     assert failed["every shard empty at the end"] == (
         f"left: us-east-1b 0 waiting, {crash.held} leased")
     assert _render(report, quiet=True).startswith("FAILED")

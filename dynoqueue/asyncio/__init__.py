@@ -13,14 +13,17 @@ Every method that talks to Redis is a coroutine; ``get(name)``, ``queues()`` and
         for message in await q.pop(10, wait_ms=5_000):
             await q.ack(message.id)
 
+``Worker`` consumes a queue with an ``async def`` handler (see :class:`dynoqueue.Worker`).
+
 Both APIs run the same operations (:mod:`dynoqueue.core`) on the same keys and scripts, so a
 sync and an async client share a queue.
 """
 
 from ..model.message import Message
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from ..worker.tasks import Worker
 from .queue import DynoQueue
 from .queues import RedisQueues
 
 __all__ = ["DeadLetter", "DynoQueue", "Message", "MessageInfo", "MessageState", "QueuePolicy",
-           "RedisQueues"]
+           "RedisQueues", "Worker"]

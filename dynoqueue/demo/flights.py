@@ -127,6 +127,9 @@ class Reminder:
         zone: the zone of the origin airport (see :data:`AIRPORT_ZONES`).
         sched_dep_local: scheduled departure, New York local time (naive).
         sched_dep_utc: scheduled departure in UTC (from the table's ``time_hour``).
+        dep_delay_min: how many minutes late the flight left (the table's ``dep_delay``; 0 when
+            on time, early, or cancelled).
+        cancelled: the flight never left (no ``dep_time`` in the table).
     """
 
     id: str
@@ -137,6 +140,8 @@ class Reminder:
     zone: str
     sched_dep_local: datetime
     sched_dep_utc: datetime
+    dep_delay_min: int = 0
+    cancelled: bool = False
 
     @property
     def remind_at_local(self) -> datetime:
@@ -149,11 +154,12 @@ class Reminder:
         return self.sched_dep_utc - REMINDER_LEAD
 
     def payload(self) -> str:
-        """The message payload: a small JSON object (flight, origin, dest, departure, reminder).
+        """The message payload: a small JSON object (flight, origin, dest, departure, reminder,
+        and what the day brought: the departure delay in minutes, null if cancelled).
 
         Returns:
             e.g. ``{"flight":"US1117","origin":"EWR","dest":"CLT",
-            "sched_dep":"2013-01-15T05:00","remind_at":"2013-01-15T04:30"}``.
+            "sched_dep":"2013-01-15T05:00","remind_at":"2013-01-15T04:30","dep_delay":0}``.
         """
         return orjson.dumps({
             "flight": f"{self.carrier}{self.flight}",
@@ -161,6 +167,7 @@ class Reminder:
             "dest": self.dest,
             "sched_dep": self.sched_dep_local.isoformat(timespec="minutes"),
             "remind_at": self.remind_at_local.isoformat(timespec="minutes"),
+            "dep_delay": None if self.cancelled else self.dep_delay_min,
         }).decode()
 
 
@@ -259,8 +266,18 @@ def _reminder_from_row(day: date, row: dict[str, str], seen: Counter[str]) -> Re
     base = f"{day.isoformat()}/{row['carrier']}{row['flight']}/{row['origin']}/{hhmm:04d}"
     seen[base] += 1
     message_id = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    delay = row.get("dep_delay", "").strip()
+    cancelled = not row.get("dep_time", "").strip().isdigit()
     return Reminder(message_id, row["carrier"], row["flight"], row["origin"], row["dest"], zone,
-                    local, utc)
+                    local, utc, dep_delay_min=0 if cancelled else max(0, _int_or_zero(delay)),
+                    cancelled=cancelled)
+
+
+def _int_or_zero(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
 
 
 def _utc_departure(

@@ -1,9 +1,10 @@
 """What ``dynoqueue demo`` measured, and how it is printed.
 
-One table row per zone, keyed by the zone whose consumers took the reminders: a zone's consumers
-pop only their own zone's shard, so the row is also that shard, and every column of it counts
-the same reminders. The producers (one per airport) are a header line, not rows. Every line
-fits 100 columns without breaking a value. The printers :func:`print_header`,
+One table row per zone, keyed by the zone whose consumers (Workers) took the reminders: a
+zone's Workers pop only their own zone's shard, so the row is also that shard, and every column
+of it counts the same reminders. A second table says what the Workers' handler did with them
+(sent, postponed, retried, dead-lettered). The producers (one per airport) are a header line,
+not rows. Every line fits 100 columns without breaking a value. The printers :func:`print_header`,
 :func:`print_invariants` and :func:`mark_nonzero` are shared with the Spark demo.
 """
 
@@ -57,12 +58,13 @@ class ZoneStats:
         zone: the consuming zone (``"total"`` for the total row).
         shard: the shard this zone's consumers pop ("" for the total row).
         pushed: reminders the producers (every airport's) put in this shard.
-        popped: deliveries to this zone's consumers: messages their pops returned, the
-            crashed consumer's and repeated deliveries included.
-        redelivered: deliveries here of a reminder that had been delivered before (its lease
-            ran out unacked and the unack reprocessor put it back).
-        acked: distinct reminders this zone's consumers acked.
-        lost: reminders pushed to this shard and never acked; must be 0.
+        popped: deliveries to this zone's Workers: messages their pops returned, the killed
+            Worker's and repeated deliveries included.
+        redelivered: deliveries here of a reminder that had been delivered before (postponed,
+            retried, or put back after the killed Worker's lease ran out).
+        acked: distinct reminders this zone's Workers sent and acked.
+        dead_lettered: distinct reminders this zone's Workers dead-lettered (cancelled flights).
+        lost: reminders pushed to this shard and neither acked nor dead-lettered; must be 0.
         early: deliveries here seen before the reminder was due; must be 0.
         lateness: over first deliveries here to a live consumer (the crashed consumer's are
             left out: their redelivery time is in :class:`CrashInfo`).
@@ -70,6 +72,12 @@ class ZoneStats:
             node; -1 if it could not be read.
         leased: messages still leased (popped, never acked) in the shard at the end; -1 if
             unknown.
+        handled: calls of the live Workers' handler here; each ends as exactly one of
+            acked (sent), postponed, retried or dead-lettered.
+        postponed: handler calls that raised Retry: the flight left late, so the reminder is
+            due again that much later.
+        retried: handler calls that failed (the simulated SMS gateway timed out): the Worker
+            nacked them with its backoff.
     """
 
     zone: str
@@ -78,11 +86,15 @@ class ZoneStats:
     popped: int = 0
     redelivered: int = 0
     acked: int = 0
+    dead_lettered: int = 0
     lost: int = 0
     early: int = 0
     lateness: Lateness = field(default_factory=Lateness)
     waiting: int = 0
     leased: int = 0
+    handled: int = 0
+    postponed: int = 0
+    retried: int = 0
 
     @property
     def left(self) -> int:
@@ -107,15 +119,16 @@ class Invariant:
 
 @dataclass
 class CrashInfo:
-    """What the crashing consumer did, and where its reminders were delivered again.
+    """What the killed Worker did, and where its reminders were delivered again.
 
     Attributes:
         zone: where it ran (it popped that zone's shard).
-        held: how many messages it popped and never acked.
+        held: how many messages it was delivered and never acked (its handler hung).
         recovered: how many of those a live consumer delivered later.
         recovery_ms: time from the crashed pop to the live redelivery, min and max (ms).
         redelivered_in: zone -> how many of the held messages its live consumers delivered.
         lease_ms: the lease of each pop (the unack timeout), ms.
+        concurrency: the killed Worker's handlers (the most it could hold).
     """
 
     zone: str
@@ -124,6 +137,7 @@ class CrashInfo:
     recovery_ms: tuple[int, int] | None = None
     redelivered_in: dict[str, int] = field(default_factory=dict)
     lease_ms: int = 0
+    concurrency: int = 0
 
 
 @dataclass
@@ -157,12 +171,15 @@ class DemoReport:
         producers: origin airport -> reminders its producer pushed (from its own zone).
         zones: one row per consuming zone.
         total: the total row.
-        crash: the crashed consumer, or None when no crash was asked for.
+        crash: the killed Worker, or None when no crash was asked for.
         calls: the dynoqueue calls the run made, with counts.
         invariants: every checked property.
         elapsed_s: wall seconds from the first push to the last ack (or the deadline).
         errors: Redis errors the run recovered from (quorum misses, failed pops), at most 20.
         error_count: how many such errors there were.
+        dead_letters: the queue's dead letters at the end, ``"EV3840/EWR-MEM"`` each, from
+            ``queue.dead_letters()``.
+        max_deliveries: the queue policy's limit (0: none).
     """
 
     day: date
@@ -182,6 +199,8 @@ class DemoReport:
     elapsed_s: float
     errors: list[str] = field(default_factory=list)
     error_count: int = 0
+    dead_letters: list[str] = field(default_factory=list)
+    max_deliveries: int = 0
 
     @property
     def ok(self) -> bool:
@@ -208,8 +227,9 @@ _COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
     ("zone", "left"),
     ("pushed\nhere", "right"),
     ("times\npopped", "right"),
-    ("redelivered¹", "right"),
+    ("repeats¹", "right"),
     ("acked", "right"),
+    ("dead\nletters", "right"),
     ("lost", "right"),
     ("early", "right"),
     ("late\nms\np50", "right"),
@@ -240,6 +260,8 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
         out.print()
         _print_table(out, report)
         _print_crash(out, report)
+        out.print()
+        _print_handlers(out, report)
         if report.error_count:
             out.print(f"[yellow]{report.error_count} recovered Redis errors[/], e.g. "
                       f"{report.errors[0]}")
@@ -249,8 +271,8 @@ def render_report(report: DemoReport, console: Any = None, *, quiet: bool = Fals
         print_invariants(out, report.invariants)
     t = report.total
     if report.ok:
-        out.print(f"[bold green]OK[/]: {t.acked}/{report.flights} delivered, 0 lost, 0 early, "
-                  f"{t.redelivered} redelivered; lateness p50 {_ms(t.lateness.p50)} ms, "
+        out.print(f"[bold green]OK[/]: {t.acked}/{report.flights} sent, {t.dead_lettered} "
+                  f"dead-lettered, 0 lost, 0 early; late p50 {_ms(t.lateness.p50)} ms, "
                   f"p99 {_ms(t.lateness.p99)} ms")
     else:
         names = "; ".join(f"{inv.name} ({inv.detail})" for inv in report.failed)
@@ -265,7 +287,9 @@ def _header_rows(report: DemoReport) -> list[tuple[str, str]]:
                  f"{report.schedule_s:.1f} s (run: {report.elapsed_s:.1f} s)"),
         ("redis", report.topology),
         *(("", node) for node in report.nodes),
-        ("queue", f"{report.queue}, key prefix {report.key_prefix}"),
+        ("queue", f"{report.queue}, key prefix {report.key_prefix}"
+                  + (f", max_deliveries={report.max_deliveries}" if report.max_deliveries
+                     else "")),
         ("pushed", producers),
     ]
     return rows
@@ -284,7 +308,7 @@ def _print_table(out: Any, report: DemoReport) -> None:
         late = row.lateness
         table.add_row(
             row.zone, str(row.pushed), str(row.popped), str(row.redelivered), str(row.acked),
-            mark_nonzero(row.lost), mark_nonzero(row.early),
+            str(row.dead_lettered), mark_nonzero(row.lost), mark_nonzero(row.early),
             _ms(late.p50), _ms(late.p99), _ms(late.max),
             "?" if row.left < 0 else mark_nonzero(row.left),
             end_section=i == len(rows) - 2,
@@ -293,38 +317,71 @@ def _print_table(out: Any, report: DemoReport) -> None:
     out.print(table)
     out.print(
         "[dim]pushed here: put in this zone's shard by the producers (round robin). times popped: "
-        "deliveries to this zone's consumers, repeats and the crashed consumer's included. "
-        "acked, lost: distinct reminders. late ms: delivery seen - due time, over first "
-        "deliveries to live consumers. left in shard at end: waiting + leased, as the zone's "
-        "own node sees it.[/]"
+        "deliveries to this zone's Workers, repeats and the killed Worker's included. acked, "
+        "dead letters, lost: distinct reminders. late ms: handler call - due time, over first "
+        "deliveries to live Workers. left in shard at end: waiting + leased, as the zone's own "
+        "node sees it.[/]"
     )
 
 
 def _print_crash(out: Any, report: DemoReport) -> None:
     crash = report.crash
-    what = "¹ redelivered: deliveries of a reminder that had been delivered before."
+    what = ("¹ repeats: deliveries of a reminder delivered before: postponed, retried, or put "
+            "back after a lease ran out.")
     if crash is None:
-        out.print(f"{what} No consumer was crashed in this run.")
+        out.print(f"{what} No Worker was killed in this run.")
         return
     if not crash.held:
-        out.print(f"{what} The crashing consumer in {crash.zone} never got a message.")
+        out.print(f"{what} The doomed Worker in {crash.zone} never got a message.")
         return
-    held = (f"{what} A consumer in {crash.zone} popped {crash.held} reminders from its shard "
-            f"and crashed without acking.")
+    held = (f"{what} A Worker process in {crash.zone} (concurrency {crash.concurrency}) was "
+            f"killed with SIGKILL while its handler hung on {crash.held} reminders.")
     if not crash.recovered:
-        out.print(f"{held} No live consumer delivered them again before the run ended (their "
+        out.print(f"{held} No live Worker delivered them again before the run ended (their "
                   f"leases last {crash.lease_ms} ms).")
         return
-    span = (f", {crash.recovery_ms[0]}-{crash.recovery_ms[1]} ms after the crash"
-            if crash.recovery_ms else "")
+    span = ""
+    if crash.recovery_ms:
+        low, high = crash.recovery_ms
+        span = f", {low} ms after the kill" if low == high else f", {low}-{high} ms after the kill"
     if set(crash.redelivered_in) == {crash.zone}:
-        again = (f"live consumers in {crash.zone} delivered {_all(crash)} again{span}. So the "
-                 f"crash's redeliveries are counted in {crash.zone}'s row")
+        again = (f"the live Workers in {crash.zone} delivered {_all(crash)} again{span}. So "
+                 f"the kill's repeats are counted in {crash.zone}'s row")
     else:
-        again = "live consumers delivered {} again{}: {}".format(_all(crash), span, ", ".join(
+        again = "live Workers delivered {} again{}: {}".format(_all(crash), span, ", ".join(
             f"{n} in {zone}" for zone, n in crash.redelivered_in.items()))
-    out.print(f"{held} When their {crash.lease_ms} ms leases ran out, {crash.zone}'s unack "
-              f"reprocessor put them back in the same shard, and {again}.")
+    out.print(f"{held} Its heartbeats stopped, so their {crash.lease_ms} ms leases ran out; "
+              f"{crash.zone}'s lease sweeps put them back in the same shard, and {again}.")
+
+
+_HANDLER_COLUMNS: tuple[str, ...] = ("zone", "handler\ncalls", "sent", "postponed", "retried",
+                                     "dead-\nlettered")
+
+
+def _print_handlers(out: Any, report: DemoReport) -> None:
+    from rich import box
+    from rich.table import Table
+
+    out.print("[bold]what the live Workers' handler did[/] (each call ends one way)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for i, header in enumerate(_HANDLER_COLUMNS):
+        table.add_column(header, justify="left" if i == 0 else "right", vertical="bottom",
+                         no_wrap=True)
+    rows = [*report.zones, report.total]
+    for i, row in enumerate(rows):
+        table.add_row(row.zone, str(row.handled), str(row.acked), str(row.postponed),
+                      str(row.retried), str(row.dead_lettered), end_section=i == len(rows) - 2,
+                      style="bold" if row is report.total else None)
+    out.print(table)
+    out.print(
+        "[dim]sent: the handler returned; the Worker acked. postponed: the flight left late "
+        "(dep_delay), so the handler raised Retry(delay) to remind that much later. retried: "
+        "the simulated SMS gateway timed out on a first send; the Worker nacked with backoff. "
+        "dead-lettered: a cancelled flight (no dep_time); the handler raised DeadLetterNow.[/]"
+    )
+    if report.dead_letters:
+        out.print(f"dead letters ({len(report.dead_letters)}, queue.dead_letters()): "
+                  + ", ".join(report.dead_letters))
 
 
 def _all(crash: CrashInfo) -> str:

@@ -1,0 +1,534 @@
+"""The Worker's logic, once and without I/O, in the sans-IO style of :mod:`dynoqueue.core`.
+
+Three kinds of programs (generators) make a worker:
+
+* the **claimer** pops messages when handlers can start them (:meth:`WorkerEngine.claimer`);
+* each **slot** runs handlers one after another (:meth:`WorkerEngine.slot`);
+* the **finisher** sends acks, nacks and dead letters, extends the leases of every message in
+  hand (one round trip per heartbeat), puts back expired leases of the local shard, and ends
+  the worker when its shutdown is done (:meth:`WorkerEngine.finisher`).
+
+They yield requests (:class:`Call`, :class:`Pop`, :class:`Wait`, :class:`Handle`) that a driver
+answers: threads in :mod:`dynoqueue.worker.threads`, asyncio tasks in
+:mod:`dynoqueue.worker.tasks`. What they decide (how many to claim, backoff, retry or dead
+letter, when to beat, the shutdown phases) is here, under one lock, so both Workers behave alike.
+
+Shutdown phases: RUNNING -> (stop) DRAINING: no new claims, messages leased but not started are
+given back (nack, delay 0), running handlers finish and are acked, heartbeats go on -> (all done,
+the grace deadline, or a second stop) FINAL: handlers still running are left leased (their
+messages come back after their lease); what is left to send is sent -> STOPPED.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ..errors import QueueClosedError
+from ..model.message import Message
+from ..model.states import MessageState
+from .outcomes import Decision, decide, describe
+from .settings import MAX_BATCH, WorkerSettings
+
+log = logging.getLogger("dynoqueue.worker")
+
+#: The roles a program waits as; a driver keeps one wake-up per role.
+ROLES = ("claimer", "slots", "finisher", "stop")
+#: With the queue busy and handlers fast, prefetch what the handlers should start within this
+#: long (seconds; at most a tenth of the lease), and at most this many messages.
+PREFETCH_WINDOW_S = 0.1
+MAX_PREFETCH = 100
+#: A waiting slot or claimer re-checks at least this often, seconds (wake-ups cut it short).
+RECHECK_S = 1.0
+#: Pause after a failed pop, doubling up to the longest, seconds.
+POP_RETRY_S = (0.1, 5.0)
+#: After a failed heartbeat, the next one comes this soon, seconds.
+HEARTBEAT_RETRY_S = 0.25
+
+
+class Phase(enum.Enum):
+    """Where a worker is in its life (see the module docstring)."""
+
+    RUNNING = "running"
+    DRAINING = "draining"
+    FINAL = "final"
+    STOPPED = "stopped"
+
+
+class Call:
+    """A call of the queue: ``queue.<name>(*args, **kwargs)``, awaited by the asyncio driver;
+    the reply is its result, or its exception is thrown into the program."""
+
+    __slots__ = ("args", "kwargs", "name")
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self.name = name
+        self.args = args
+        self.kwargs = kwargs
+
+    def on(self, queue: Any) -> Any:
+        """Make the call on ``queue`` (a coroutine for an asyncio queue)."""
+        return getattr(queue, self.name)(*self.args, **self.kwargs)
+
+
+class Pop(Call):
+    """The claim: ``queue.pop(count, wait_ms, lease_ms=..., min_count=1)``, which returns as
+    soon as anything is leased. The asyncio driver cancels it when the worker stops (the queue
+    then puts back what it leased); the thread driver bounds its wait instead."""
+
+    def __init__(self, count: int, wait_ms: int, lease_ms: int | None) -> None:
+        super().__init__("pop", count, wait_ms, lease_ms=lease_ms, min_count=1)
+
+
+class Wait:
+    """Wait until the engine wakes ``role`` (its epoch moves past ``epoch``) or ``timeout_s``
+    passes; the reply is ignored."""
+
+    __slots__ = ("epoch", "role", "timeout_s")
+
+    def __init__(self, role: str, epoch: int, timeout_s: float) -> None:
+        self.role = role
+        self.epoch = epoch
+        self.timeout_s = timeout_s
+
+
+class Handle:
+    """Run the handler on ``message``; the reply is what it raised, or None. Never thrown."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+
+
+Request = Call | Wait | Handle
+Program = Generator[Request, Any, None]
+
+
+class Step:
+    """Advances one program: ``request`` is what it waits for while ``pending``; feed the
+    reply with :meth:`send` (or the error with ``send(None, error)``).
+
+    The drivers' loops are ``while step.pending: step.send(*answer(step.request))``.
+    """
+
+    __slots__ = ("_program", "pending", "request")
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+        self.pending = True
+        self.request: Any = None
+        self.send(None)
+
+    def send(self, reply: Any, error: BaseException | None = None) -> None:
+        """Resume the program with a reply, or raise ``error`` at its yield."""
+        try:
+            self.request = (self._program.send(reply) if error is None
+                            else self._program.throw(error))
+        except StopIteration:
+            self.pending = False
+
+
+_Lease = tuple[str, str | None]
+
+
+def _lease(message: Message) -> _Lease:
+    return message.id, message.receipt
+
+
+class _Work:
+    """What the finisher has to do now (taken under the lock, done outside it)."""
+
+    __slots__ = ("acks", "done", "epoch", "failures", "heartbeat", "releases", "sweep",
+                 "wait_s")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.acks: list[Message] = []
+        self.failures: list[tuple[Message, Decision]] = []
+        self.releases: list[Message] = []
+        self.heartbeat: list[Message] = []
+        self.sweep = False
+        self.done = False
+        self.wait_s: float | None = None
+
+    def busy(self) -> bool:
+        return bool(self.acks or self.failures or self.releases or self.heartbeat or self.sweep)
+
+
+class WorkerEngine:
+    """The state of one worker and its programs.
+
+    Args:
+        settings: the checked settings.
+        idle_wait_ms: how long one pop may wait when nothing is due, ms (the thread driver keeps
+            it short, since only the pop's return ends the wait; the asyncio one cancels it).
+        ring: called with a role after the engine moved that role's epoch; wakes its waiters.
+        clock: monotonic seconds. rand: numbers in [0, 1) for the backoff's jitter.
+    """
+
+    def __init__(self, settings: WorkerSettings, *, idle_wait_ms: int,
+                 ring: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.settings = settings
+        self._idle_wait_ms = idle_wait_ms
+        self._ring = ring
+        self._clock = clock
+        self._rand = rand
+        self._lock = threading.Lock()  # the sync driver's threads share the engine
+        self.phase = Phase.RUNNING
+        self._epochs = dict.fromkeys(ROLES, 0)
+        self._backlog: deque[Message] = deque()  # leased, not started
+        # By lease (id, receipt): a message delivered again while an older delivery of it
+        # still runs here (its lease was lost) is another entry.
+        self._running: dict[_Lease, Message] = {}  # handlers running
+        self._in_hand: dict[_Lease, Message] = {}  # every lease this worker keeps alive
+        self._results: list[tuple[Message, Decision]] = []  # finished, not sent yet
+        self._releases: list[Message] = []  # to give back unstarted (nack, delay 0)
+        self._popping = False
+        self._asked = 0
+        self._busy = False  # the last pop came back full: more is probably due
+        self._mean_s: float | None = None  # recent handler duration
+        self._heartbeat_s = settings.heartbeat_ms / 1000
+        self._prefetch_window_s = min(PREFETCH_WINDOW_S, settings.lease_ms / 10_000)
+        now = clock()
+        self._next_heartbeat = now + self._heartbeat_s
+        self._next_sweep = now + self._heartbeat_s
+        self._deadline = 0.0
+        #: Handlers still running when the worker gave up waiting for them.
+        self.left_running = 0
+
+    # ------------------------------------------------------------------------- state
+
+    def epoch(self, role: str) -> int:
+        """How often ``role`` was woken (a waiter whose epoch is older wakes)."""
+        return self._epochs[role]
+
+    def _bump(self, *roles: str) -> tuple[str, ...]:
+        for role in roles:
+            self._epochs[role] += 1
+        return roles
+
+    def _ring_all(self, roles: tuple[str, ...]) -> None:
+        for role in roles:
+            self._ring(role)
+
+    def stop(self, immediate: bool = False) -> None:
+        """Stop claiming now; let running handlers finish within the grace (``immediate``: do
+        not wait for them). Idempotent; a later call may make a graceful stop immediate."""
+        with self._lock:
+            now = self._clock()
+            if self.phase is Phase.RUNNING:
+                self.phase = Phase.DRAINING
+                self._deadline = now + self.settings.shutdown_grace_ms / 1000
+                self._releases.extend(self._backlog)
+                self._backlog.clear()
+                log.info("queue %s: worker stopping; %d handlers running, waiting up to %.1f s",
+                         self.settings.queue_name, len(self._running),
+                         self.settings.shutdown_grace_ms / 1000)
+            if immediate and self.phase is Phase.DRAINING:
+                self._enter_final()
+            roles = self._bump(*ROLES)
+        self._ring_all(roles)
+
+    def _enter_final(self) -> None:
+        """(Lock held.) Stop waiting for running handlers: their messages stay leased."""
+        if self._running:
+            self.left_running = len(self._running)
+            for lease in self._running:
+                self._in_hand.pop(lease, None)
+            log.warning("queue %s: %d handlers still running as the worker stops; their "
+                        "messages stay leased and are delivered again after their lease",
+                        self.settings.queue_name, len(self._running))
+        self._releases.extend(self._backlog)
+        self._backlog.clear()
+        self.phase = Phase.FINAL
+
+    # ------------------------------------------------------------------------- the claimer
+
+    def claimer(self) -> Program:
+        """Pop when handlers can start what is popped, until the worker stops."""
+        pause_s = 0.0
+        while True:
+            with self._lock:
+                if self.phase is not Phase.RUNNING:
+                    return
+                count = self._claim_count()
+                self._popping = count > 0
+                self._asked = count
+                epoch = self._epochs["claimer"]
+            if count == 0:
+                yield Wait("claimer", epoch, RECHECK_S)
+                continue
+            try:
+                messages = yield Pop(count, self._idle_wait_ms, self.settings.pop_lease_ms)
+            except QueueClosedError:
+                log.info("queue %s was closed: the worker stops", self.settings.queue_name)
+                self._claimed([])
+                self.stop()
+                return
+            except Exception as exc:  # Redis failed: try again after a pause
+                self._claimed([])
+                pause_s = min(max(pause_s * 2, POP_RETRY_S[0]), POP_RETRY_S[1])
+                log.warning("queue %s: pop failed (%s); the worker tries again in %.1f s",
+                            self.settings.queue_name, describe(exc), pause_s)
+                yield Wait("stop", self._epochs["stop"], pause_s)
+                continue
+            pause_s = 0.0
+            self._claimed(messages)
+
+    def _claim_count(self) -> int:
+        """(Lock held.) How many to pop now: none while handlers are busy enough.
+
+        Without a batch_size the worker holds what its free handlers can start, plus, while the
+        queue is busy and handlers are fast, what they should start within the prefetch window
+        (those wait in hand, their leases kept alive by the heartbeats like the others).
+        """
+        s = self.settings
+        running, waiting = len(self._running), len(self._backlog)
+        if s.batch_size is None:
+            capacity = s.concurrency + self._prefetch()
+            per_pop = capacity
+        else:
+            capacity = max(s.concurrency, s.batch_size)
+            per_pop = s.batch_size
+        room = capacity - running - waiting
+        if room <= 0:
+            return 0
+        # Pop when a handler is idle for want of work, or when half the room is free: a busy
+        # worker then claims in batches instead of one message per finished handler.
+        if (waiting == 0 and running < s.concurrency) or room >= max(1, capacity // 2):
+            return min(room, per_pop, MAX_BATCH)
+        return 0
+
+    def _prefetch(self) -> int:
+        if not self._busy or self._mean_s is None:
+            return 0
+        expected = self.settings.concurrency * self._prefetch_window_s / max(self._mean_s, 1e-6)
+        return max(0, min(int(expected), MAX_PREFETCH))
+
+    def _claimed(self, messages: list[Message]) -> None:
+        with self._lock:
+            self._popping = False
+            self._busy = bool(messages) and len(messages) >= self._asked
+            if messages and not self._in_hand:
+                self._next_heartbeat = self._clock() + self._heartbeat_s
+            for message in messages:
+                self._in_hand[_lease(message)] = message
+            if self.phase is Phase.RUNNING:
+                self._backlog.extend(messages)
+            else:  # stopped while the pop ran: give them back
+                self._releases.extend(messages)
+            roles = self._bump("slots", "finisher") if messages else self._bump("finisher")
+        self._ring_all(roles)
+        for message in messages:
+            self._hook("on_delivered", message)
+
+    # ------------------------------------------------------------------------- a slot
+
+    def slot(self) -> Program:
+        """Run handlers on messages in hand, one at a time, until the worker stops."""
+        while True:
+            with self._lock:
+                message = self._backlog.popleft() if self._backlog else None
+                if message is not None:
+                    self._running[_lease(message)] = message
+                stopping = self.phase is not Phase.RUNNING
+                epoch = self._epochs["slots"]
+            if message is None:
+                if stopping:
+                    return
+                yield Wait("slots", epoch, RECHECK_S)
+                continue
+            started = self._clock()
+            error = yield Handle(message)
+            self._finished(message, error, self._clock() - started)
+
+    def _finished(self, message: Message, error: BaseException | None, seconds: float) -> None:
+        decision = decide(message, error, self.settings.backoff, self._rand())
+        with self._lock:
+            self._running.pop(_lease(message), None)
+            self._mean_s = seconds if self._mean_s is None else 0.8 * self._mean_s + 0.2 * seconds
+            late = _lease(message) not in self._in_hand
+            if not late:
+                self._results.append((message, decision))
+            roles = self._bump("finisher", "claimer")
+        self._ring_all(roles)
+        if late:
+            log.warning("queue %s: message %s finished after the worker stopped waiting; it "
+                        "stays leased and is delivered again", self.settings.queue_name,
+                        message.id)
+        self._hook("on_handler_duration", message, seconds)
+
+    # ------------------------------------------------------------------------- the finisher
+
+    def finisher(self) -> Program:
+        """Send results, heartbeats and sweeps; return once the worker has stopped."""
+        while True:
+            work = self._finisher_work()
+            if work.acks:
+                yield from self._send_acks(work.acks)
+            for message, decision in work.failures:
+                yield from self._send_decision(message, decision)
+            if work.releases:
+                yield from self._send_releases(work.releases)
+            if work.heartbeat:
+                yield from self._send_heartbeat(work.heartbeat)
+            if work.sweep:
+                yield from self._send_sweep()
+            if work.done:
+                return
+            if work.wait_s is not None:
+                yield Wait("finisher", work.epoch, work.wait_s)
+
+    def _finisher_work(self) -> _Work:
+        roles: tuple[str, ...] = ()
+        with self._lock:
+            now = self._clock()
+            work = _Work(self._epochs["finisher"])
+            if self.phase is Phase.DRAINING and (not self._running or now >= self._deadline):
+                self._enter_final()
+                roles = self._bump(*ROLES)
+            for message, decision in self._results:
+                self._in_hand.pop(_lease(message), None)  # no heartbeat for what is ending
+                if decision.action == "ack":
+                    work.acks.append(message)
+                else:
+                    work.failures.append((message, decision))
+            self._results = []
+            work.releases, self._releases = self._releases, []
+            for message in work.releases:
+                self._in_hand.pop(_lease(message), None)
+            live = self.phase in (Phase.RUNNING, Phase.DRAINING)
+            if live and self._in_hand and now >= self._next_heartbeat:
+                work.heartbeat = list(self._in_hand.values())
+                self._next_heartbeat = now + self._heartbeat_s
+            if self.phase is Phase.RUNNING and now >= self._next_sweep:
+                work.sweep = True
+                self._next_sweep = now + self._heartbeat_s
+            if self.phase is Phase.FINAL and not work.busy() and not self._popping:
+                self.phase = Phase.STOPPED
+                work.done = True
+                roles = self._bump(*ROLES)
+            elif not work.busy():
+                work.wait_s = self._finisher_wait(now)
+        self._ring_all(roles)
+        return work
+
+    def _finisher_wait(self, now: float) -> float:
+        """(Lock held.) Seconds until the finisher has something to do unless woken."""
+        due = [now + RECHECK_S]
+        if self.phase is Phase.RUNNING:
+            due.append(self._next_sweep)
+        if self._in_hand:
+            due.append(self._next_heartbeat)
+        if self.phase is Phase.DRAINING:
+            due.append(self._deadline)
+        return max(0.0, min(due) - now)
+
+    def _send_acks(self, acks: list[Message]) -> Program:
+        name = self.settings.queue_name
+        try:
+            acked = yield Call("ack_many", acks)
+        except Exception as exc:
+            log.error("queue %s: acking %d messages failed (%s); they will be delivered again",
+                      name, len(acks), describe(exc))
+            return
+        if acked < len(acks):
+            log.warning("queue %s: %d of %d acks found the lease gone (it had run out and the "
+                        "message was put back: it is delivered again)", name,
+                        len(acks) - acked, len(acks))
+        for message in acks:
+            self._hook("on_acked", message)
+
+    def _send_decision(self, message: Message, decision: Decision) -> Program:
+        name, mid, n = self.settings.queue_name, message.id, message.deliveries
+        try:
+            if decision.action == "dead_letter":
+                ended = yield Call("dead_letter", mid, decision.reason, receipt=message.receipt)
+            else:
+                ended = yield Call("nack", mid, decision.delay_ms, error=decision.error,
+                                   receipt=message.receipt)
+        except Exception as exc:
+            log.error("queue %s: ending the lease of message %s failed (%s); it will be "
+                      "delivered again after its lease", name, mid, describe(exc))
+            return
+        if not ended:
+            log.warning("queue %s: message %s (delivery %d): its lease was gone (run out and "
+                        "put back), so it is delivered again", name, mid, n)
+            return
+        if decision.action == "dead_letter":
+            log.warning("queue %s: message %s (delivery %d) dead-lettered by its handler: %s",
+                        name, mid, n, decision.reason)
+            self._hook("on_dead_lettered", message, decision.reason, None)
+            return
+        # The queue dead-letters a nack of the last allowed delivery; only it knows the limit.
+        state = None
+        try:
+            state = yield Call("state", mid)
+        except Exception as exc:
+            log.debug("queue %s: state of %s unknown after its nack: %s", name, mid, exc)
+        if state is MessageState.DEAD:
+            log.error("queue %s: message %s failed on delivery %d, its last allowed: "
+                      "dead-lettered; %s", name, mid, n, decision.error)
+            self._hook("on_dead_lettered", message, "max_deliveries", decision.error)
+            return
+        if decision.asked:
+            log.info("queue %s: message %s (delivery %d) retries in %d ms%s", name, mid, n,
+                     decision.delay_ms, f": {decision.error}" if decision.error else "")
+        else:
+            log.warning("queue %s: message %s failed on delivery %d: %s; due again in %d ms",
+                        name, mid, n, decision.error, decision.delay_ms)
+        self._hook("on_nacked", message, decision.delay_ms, decision.error)
+
+    def _send_releases(self, releases: list[Message]) -> Program:
+        try:
+            ended = yield Call("nack_many", releases, 0)
+        except Exception as exc:
+            log.error("queue %s: giving back %d unstarted messages failed (%s); they come "
+                      "back after their lease", self.settings.queue_name, len(releases),
+                      describe(exc))
+            return
+        log.info("queue %s: gave back %d messages leased but not started",
+                 self.settings.queue_name, ended)
+        for message in releases:
+            self._hook("on_nacked", message, 0, None)
+
+    def _send_heartbeat(self, messages: list[Message]) -> Program:
+        try:
+            extended = yield Call("set_unack_timeout_many", messages, self.settings.lease_ms)
+        except Exception as exc:
+            with self._lock:
+                self._next_heartbeat = min(self._next_heartbeat,
+                                           self._clock() + HEARTBEAT_RETRY_S)
+            log.warning("queue %s: extending %d leases failed (%s); trying again soon",
+                        self.settings.queue_name, len(messages), describe(exc))
+            return
+        if extended < len(messages):
+            log.warning("queue %s: %d of %d leases in hand were gone at the heartbeat; those "
+                        "messages are delivered again", self.settings.queue_name,
+                        len(messages) - extended, len(messages))
+
+    def _send_sweep(self) -> Program:
+        try:
+            yield Call("process_unacks")
+        except Exception as exc:
+            log.warning("queue %s: putting back expired leases failed: %s",
+                        self.settings.queue_name, describe(exc))
+
+    # ------------------------------------------------------------------------- hooks
+
+    def _hook(self, name: str, *args: Any) -> None:
+        hooks = self.settings.hooks
+        if hooks is None:
+            return
+        try:
+            getattr(hooks, name)(*args)
+        except Exception as exc:
+            log.warning("worker hook %s raised %s", name, describe(exc))
