@@ -250,6 +250,23 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.nack_many(ids, delay_ms, error))
 
+    def release(self, ids: Iterable[str | Message]) -> int:
+        """Give leases back uncounted: each message is due again at once, as if this delivery
+        had not happened (its delivery count goes back down), for work a consumer never
+        started, e.g. a Worker shutting down. Use :meth:`nack` for work that failed.
+
+        Args:
+            ids: message ids, or popped Message objects (then only each one's own lease).
+
+        Returns:
+            How many were given back.
+
+        Raises:
+            InvalidArgumentError: a bad element; nothing is released.
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.release(ids))
+
     def dead_letter(self, id: str, reason: str = "dead_letter_now", *, error: str | None = None,
                     receipt: str | None = None) -> bool:
         """Dead-letter a leased message at once, whatever its delivery count (the Worker's

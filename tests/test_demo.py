@@ -446,7 +446,9 @@ def test_a_broken_run_fails_its_invariants(reminders: list[Reminder]) -> None:
     crash = report.crash
     assert crash is not None and crash.held >= 1 and crash.recovered == 0
     assert report.total.lost == crash.held
-    assert report.total.dead_lettered == 13  # the cancelled flights, as in a good run
+    # The 13 cancelled flights are dead-lettered as in a good run, except those among the
+    # messages the crash holds: which ones it pops is a race, and a held one is lost instead.
+    assert 13 - crash.held <= report.total.dead_lettered <= 13
     # The held messages are lost from, and still leased in, the crash's zone only.
     assert [row.lost for row in report.zones] == [0, crash.held, 0]
     assert [row.leased for row in report.zones] == [0, crash.held, 0]

@@ -372,3 +372,14 @@ def test_info_reports_the_stored_policys_max_deliveries_to_every_process(make_qu
     plain = make_queues(key_prefix=configured.keys.prefix,
                         shard_supplier=SingleShardSupplier("a")).get(name)
     assert plain.info("m").max_deliveries == 4
+
+
+def test_release_gives_leases_back_uncounted(make, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=1))
+    q.push([Message("a"), Message("b")])
+    a, b = sorted(q.pop(2), key=lambda m: m.id)
+    assert q.release([a, "b", "unknown"]) == 2
+    assert q.release([a]) == 0  # no longer leased
+    again = q.pop(2)
+    assert sorted((m.id, m.deliveries) for m in again) == [("a", 1), ("b", 1)]
+    assert q.nack_many(again) == 2 and q.dead_size() == 2  # max_deliveries=1 still holds

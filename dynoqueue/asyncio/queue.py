@@ -81,6 +81,9 @@ class DynoQueue(QueueBase):
                         error: str | None = None) -> int:
         return await self._run(self._core.nack_many(ids, delay_ms, error))
 
+    async def release(self, ids: Iterable[str | Message]) -> int:
+        return await self._run(self._core.release(ids))
+
     async def dead_letter(self, id: str, reason: str = "dead_letter_now", *,
                           error: str | None = None, receipt: str | None = None) -> bool:
         return await self._run(self._core.dead_letter(id, reason, error, receipt))

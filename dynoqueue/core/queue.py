@@ -303,19 +303,29 @@ class QueueCore:
 
     def _release(self, claim: _Claim) -> Op[None]:
         """Put back what a cancelled pop leased (best effort: failing, the leases expire)."""
-        by_lease: dict[tuple[int, int], list[str]] = {}
-        for message, lease_until in claim.held.values():
-            index = self.shards.index(str(message.shard))
-            by_lease.setdefault((index, lease_until), []).append(message.id)
-        for (index, lease_until), ids in by_lease.items():
-            try:
-                yield from self._script(QUORUM, "release", self._life_keys,
-                                        [self._now_arg(), index + 1, lease_until, *ids],
-                                        idempotent=True)
-            except (RedisError, RedisClusterException) as exc:
-                log.warning("queue %s: could not put back %d messages of a cancelled pop "
-                            "(they return when their lease expires): %s", self.name, len(ids), exc)
+        pairs = [part for message, _ in claim.held.values()
+                 for part in (message.id, message.receipt or "")]
         claim.held.clear()
+        if not pairs:
+            return
+        try:
+            yield from self._script(QUORUM, "release", self._life_keys,
+                                    [self._now_arg(), *pairs], idempotent=True)
+        except (RedisError, RedisClusterException) as exc:
+            log.warning("queue %s: could not put back %d messages of a cancelled pop "
+                        "(they return when their lease expires): %s", self.name,
+                        len(pairs) // 2, exc)
+
+    def release(self, ids: Iterable[str | Message]) -> Op[int]:
+        pairs = _id_receipt_pairs("release", ids)
+        self._check_attached()
+        if not pairs:
+            return 0
+        step = SCRIPT_BATCH * 2
+        replies = yield from self._write("release", "release", [
+            (self._life_keys, [self._now_arg(), *pairs[i:i + step]])
+            for i in range(0, len(pairs), step)])
+        return sum(int(n) for n in replies)
 
     def claim_id(self, operation: str, id: str, all_shards: bool) -> Op[Message | None]:
         validate.message_id(id)

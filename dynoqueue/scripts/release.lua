@@ -1,32 +1,27 @@
--- release: put back the messages a cancelled waiting pop had leased, so nobody waits for their
--- lease to expire (dynoqueue.asyncio DynoQueue.pop cancelled by asyncio.wait_for or Task.cancel).
--- The delivery it counted is taken back: the caller never saw the message.
+-- release: give leased messages back, due now, as if they had not been delivered: the delivery
+-- each lease counted is taken back (DynoQueue.release; a cancelled asyncio pop; a Worker that
+-- shuts down with messages it never started).
 -- KEYS: QueueKeys.lifecycle_keys()
--- ARGV: [1] now override or '', [2] shard index, [3] the lease expiry that pop set (epoch ms),
---       [4..] ids
--- Returns: how many were put back (due now, with their priority fraction).
--- Only ids whose lease is still exactly that pop's are touched: one acked, removed or leased again
--- since then is left alone.
+-- ARGV: [1] now override or '', then pairs: id, receipt ('' = any lease of that id)
+-- Returns: how many were given back (an id not leased, or leased again since its receipt, is left
+-- alone).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local s = tonumber(ARGV[2])
-local lease = tonumber(ARGV[3])
 local released = 0
-for i = 4, #ARGV do
+local rung = {}
+for i = 2, #ARGV, 2 do
   local id = ARGV[i]
-  local score = redis.call('ZSCORE', k.unack(s), id)
-  if score and tonumber(score) == lease then
+  local s, rec = leased(k, id, ARGV[i + 1])
+  local json = s and redis.call('HGET', k.msg, id)
+  if json then
     redis.call('ZREM', k.unack(s), id)
-    local json = redis.call('HGET', k.msg, id)
-    if json then
-      local rec = life_of(k, id)
-      rec.d = math.max(0, (rec.d or 1) - 1)
-      if rec.d == 0 then rec.d = nil; rec.c = nil end
-      save_life(k, id, rec)
-      redis.call('ZADD', k.queue(s), now + priority_of(json) / 100, id)
-      released = released + 1
-    end
+    rec.d = math.max(0, (rec.d or 1) - 1)
+    if rec.d == 0 then rec.d = nil; rec.c = nil end
+    save_life(k, id, rec)
+    redis.call('ZADD', k.queue(s), now + priority_of(json) / 100, id)
+    rung[s] = true
+    released = released + 1
   end
 end
-if released > 0 then ring(k.queue(s)) end
+for s, _ in pairs(rung) do ring(k.queue(s)) end
 return released

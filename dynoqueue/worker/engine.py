@@ -14,7 +14,7 @@ answers: threads in :mod:`dynoqueue.worker.threads`, asyncio tasks in
 letter, when to beat, the shutdown phases) is here, under one lock, so both Workers behave alike.
 
 Shutdown phases: RUNNING -> (stop) DRAINING: no new claims, messages leased but not started are
-given back (nack, delay 0), running handlers finish and are acked, heartbeats go on -> (all done,
+given back uncounted (release), running handlers finish and are acked, heartbeats go on -> (all done,
 the grace deadline, or a second stop) FINAL: handlers still running are left leased (their
 messages come back after their lease); what is left to send is sent -> STOPPED.
 """
@@ -190,7 +190,7 @@ class WorkerEngine:
         self._running: dict[_Lease, Message] = {}  # handlers running
         self._in_hand: dict[_Lease, Message] = {}  # every lease this worker keeps alive
         self._results: list[tuple[Message, Decision]] = []  # finished, not sent yet
-        self._releases: list[Message] = []  # to give back unstarted (nack, delay 0)
+        self._releases: list[Message] = []  # to give back unstarted (release: uncounted)
         self._popping = False
         self._asked = 0
         self._busy = False  # the last pop came back full: more is probably due
@@ -489,7 +489,7 @@ class WorkerEngine:
 
     def _send_releases(self, releases: list[Message]) -> Program:
         try:
-            ended = yield Call("nack_many", releases, 0)
+            ended = yield Call("release", releases)
         except Exception as exc:
             log.error("queue %s: giving back %d unstarted messages failed (%s); they come "
                       "back after their lease", self.settings.queue_name, len(releases),

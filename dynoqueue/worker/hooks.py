@@ -28,7 +28,7 @@ class WorkerHooks:
     def on_nacked(self, message: Message, delay_ms: int, error: str | None) -> None:
         """It is due again in ``delay_ms``: its handler raised ``error`` (a backoff retry),
         raised Retry (``error`` is the Retry's reason), or it was leased but not started when
-        the worker stopped (delay 0, error None)."""
+        the worker stopped (given back uncounted with ``release``: delay 0, error None)."""
 
     def on_dead_lettered(self, message: Message, reason: str, error: str | None) -> None:
         """It was dead-lettered: ``reason`` is DeadLetterNow's reason, or "max_deliveries" when

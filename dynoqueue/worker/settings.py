@@ -17,7 +17,7 @@ MAX_CONCURRENCY = 1_000
 MAX_BATCH = 1_000
 DEFAULT_BACKOFF = Backoff()
 
-_QUEUE_CALLS = ("pop", "ack_many", "nack", "nack_many", "dead_letter", "state",
+_QUEUE_CALLS = ("pop", "ack_many", "nack", "nack_many", "release", "dead_letter", "state",
                 "set_unack_timeout_many", "process_unacks")
 
 

@@ -37,7 +37,7 @@ class Worker(WorkerBase):
       will start within 100 ms (at most 100 more, heartbeats keep their leases).
     - Shutdown, on :meth:`stop` or SIGTERM/SIGINT (handled only when :meth:`run` runs in the
       main thread): no new pops; messages leased but not started are given back at once
-      (``nack`` with delay 0, which counts as a delivery); running handlers get
+      (``release``: due at once, the delivery not counted); running handlers get
       ``shutdown_grace_ms`` to finish and are acked or nacked as usual; after that, what still
       runs is left leased and comes back after its lease. A second signal (or
       ``stop(immediate=True)``) stops at once. Nothing is lost on any of these paths.
