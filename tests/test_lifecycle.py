@@ -377,7 +377,7 @@ def test_info_reports_the_stored_policys_max_deliveries_to_every_process(make_qu
 def test_release_gives_leases_back_uncounted(make, clock) -> None:
     q = make(QueuePolicy(max_deliveries=1))
     q.push([Message("a"), Message("b")])
-    a, b = sorted(q.pop(2), key=lambda m: m.id)
+    a, _b = sorted(q.pop(2), key=lambda m: m.id)
     assert q.release([a, "b", "unknown"]) == 2
     assert q.release([a]) == 0  # no longer leased
     again = q.pop(2)
