@@ -15,8 +15,8 @@ letter, when to beat, the shutdown phases) is here, under one lock, so both Work
 
 Shutdown phases: RUNNING -> (stop) DRAINING: no new claims, messages leased but not started are
 given back uncounted (release), running handlers finish and are acked, heartbeats go on ->
-(all done, the grace deadline, or a second stop) FINAL: handlers still running are left leased (their
-messages come back after their lease); what is left to send is sent -> STOPPED.
+(all done, the grace deadline, or a second stop) FINAL: handlers still running are left leased
+(their messages come back after their lease); what is left to send is sent -> STOPPED.
 """
 
 from __future__ import annotations
