@@ -130,8 +130,18 @@ class DeadLetter:
 
 
 def decode_record(raw: Any) -> dict[str, Any]:
-    """A lifecycle, ended or dead record stored by the scripts ({} when absent or unreadable)."""
+    """A lifecycle, ended or dead record stored by the scripts ({} when absent or unreadable).
+
+    A lifecycle record that holds only the delivery count and the claim time is stored in the
+    short form ``"deliveries:claim_ms"`` (see ``parse_life`` in ``scripts/_prelude.lua``).
+    """
     if not raw:
+        return {}
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    if not text.startswith("{"):
+        deliveries, colon, claimed = text.partition(":")
+        if colon and deliveries.isdigit() and claimed.isdigit():
+            return {"d": int(deliveries), "c": int(claimed)}
         return {}
     try:
         doc = orjson.loads(raw)

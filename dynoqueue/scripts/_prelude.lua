@@ -74,19 +74,36 @@ local function policy_of(k)
 end
 
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
--- is d:c), e enqueued at, m its own max deliveries, l last error. {} when it has none.
-local function life_of(k, id)
-  local raw = redis.call('HGET', k.life, id)
-  if raw then
-    local ok, doc = pcall(cjson.decode, raw)
-    if ok and type(doc) == 'table' then return doc end
+-- is d:c), e enqueued at, m its own max deliveries, t its own TTL, l last error. {} when it has
+-- none. Stored as "d:c" when that is all it holds (the common case: cheap to read and write),
+-- else as JSON.
+local function parse_life(raw)
+  if not raw then return {} end
+  if string.byte(raw, 1) ~= 123 then  -- not '{': the short form
+    local d, c = string.match(raw, '^(%d+):(%d+)$')
+    if d then return {d = tonumber(d), c = tonumber(c)} end
+    return {}
   end
+  local ok, doc = pcall(cjson.decode, raw)
+  if ok and type(doc) == 'table' then return doc end
   return {}
+end
+
+local function life_of(k, id)
+  return parse_life(redis.call('HGET', k.life, id))
+end
+
+-- The stored form of a lifecycle record (see parse_life).
+local function format_life(rec)
+  if rec.d and rec.c and rec.e == nil and rec.m == nil and rec.t == nil and rec.l == nil then
+    return string.format('%d:%.0f', rec.d, rec.c)
+  end
+  return cjson.encode(rec)
 end
 
 local function save_life(k, id, rec)
   if next(rec) == nil then redis.call('HDEL', k.life, id)
-  else redis.call('HSET', k.life, id, cjson.encode(rec)) end
+  else redis.call('HSET', k.life, id, format_life(rec)) end
 end
 
 -- The receipt of a message's current lease, or nil if it was never delivered.
