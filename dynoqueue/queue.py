@@ -10,7 +10,7 @@ shard sizes, local_get, scans) go to the non-quorum connection, usually the loca
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .core.factory import QueueBase
 from .core.queue import QueueCore
@@ -548,6 +548,28 @@ class DynoQueue(QueueBase):
             InvalidArgumentError, RedisOperationError: as for :meth:`state`.
         """
         return self._run(self._core.info(id))
+
+    def group_info(self, group: str) -> dict[str, Any]:
+        """Where an ordered message group stands (see :class:`Message`'s ``group``), for
+        operators. Mirrors nothing in dyno-queues; SQS FIFO and RMQ show no such view.
+
+        Args:
+            group: the group, a non-empty str.
+
+        Returns:
+            ``{"waiting": int, "leased": str | None, "next_due_ms": int | None, "shard": str}``:
+            how many of the group's messages wait (not leased); the id of its leased message
+            (at most one), or None; the due time (epoch ms) of the message it delivers next:
+            the waiting current one, or, while one is leased, the first behind it (deliverable
+            once the leased one is acked, dead-lettered or removed); None when nothing waits;
+            the shard the group's messages live in (for a group without messages: the one its
+            first message would go to).
+
+        Raises:
+            InvalidArgumentError: group is not a non-empty str.
+            RedisOperationError: Redis failed.
+        """
+        return self._run(self._core.group_info(group))
 
     def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest dead letters, oldest first (kept ``dead_letter_retention_ms``).

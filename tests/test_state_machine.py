@@ -10,7 +10,8 @@ The model encodes the library's contract:
 
 * a waiting message's score is ``due_ms + priority / 100`` with ``due_ms = now + timeout``; it is
   deliverable iff ``due_ms <= now``; pops and peeks go in (due_ms, priority, id bytes) order
-  (Redis breaks equal scores by member bytes, and UTF-8 bytes order is code point order);
+  (Redis breaks equal scores by member bytes, and UTF-8 bytes order is code point order), or,
+  on a queue with strict priority (drawn at the start), in (priority, due_ms, id bytes) order;
 * pushes go round robin over ["a", "b", "c"], incrementing first (b, c, a, ...); ensure advances
   the same counter even when it does not push;
 * a pop leases in the shard the message waited in, until ``now + unack_timeout_ms``;
@@ -91,7 +92,11 @@ class Entry:
     expiry_ms: int = 0  # leased: lease ends at this ms
     deliveries: int = 0  # claims so far (the lifecycle's delivery count)
 
-    def order_key(self, message_id: str) -> tuple[int, int, bytes]:
+    def order_key(self, message_id: str, strict: bool = False) -> tuple[int, int, bytes]:
+        """Delivery order within a shard: (due ms, priority, id bytes), or with strict
+        priority (priority, due ms, id bytes)."""
+        if strict:
+            return (self.priority, self.due_ms, message_id.encode("utf-8"))
         return (self.due_ms, self.priority, message_id.encode("utf-8"))
 
 
@@ -117,6 +122,7 @@ class QueueMachine(RuleBasedStateMachine):
         #: Dead letters: id -> the entry as it died (max deliveries reached).
         self.dead: dict[str, Entry] = {}
         self.max_deliveries = 0
+        self.strict = False
         self.rr = 0
         self.unack_timeout_ms = 1
 
@@ -126,8 +132,10 @@ class QueueMachine(RuleBasedStateMachine):
         unack_timeout_ms=st.one_of(st.integers(1, 10), st.integers(1, 5000)),
         batch=st.lists(st.one_of(messages, due_messages), max_size=len(IDS)),
         max_deliveries=st.sampled_from([0, 0, 1, 2, 3]),
+        strict=st.booleans(),
     )
-    def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int) -> None:
+    def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int,
+              strict: bool) -> None:
         assert self.client is not None and self.make_clock is not None
         self.clock = self.make_clock()
         self.unack_timeout_ms = unack_timeout_ms
@@ -144,7 +152,9 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             self.queues = RedisQueues(self.client, self.client, **options)
         self.max_deliveries = max_deliveries
-        self.queue = self.queues.get("q", QueuePolicy(max_deliveries=max_deliveries))
+        self.strict = strict
+        self.queue = self.queues.get("q", QueuePolicy(max_deliveries=max_deliveries,
+                                                      strict_priority=strict))
         if batch:
             self.push(batch)
 
@@ -183,7 +193,7 @@ class QueueMachine(RuleBasedStateMachine):
             mid for mid, entry in self.model.items()
             if entry.shard == shard and not entry.leased and entry.due_ms <= self.now
         ]
-        return sorted(due, key=lambda mid: self.model[mid].order_key(mid))
+        return sorted(due, key=lambda mid: self.model[mid].order_key(mid, self.strict))
 
     def expected(self, mid: str, shard: str | None) -> tuple[Any, ...]:
         entry = self.model[mid]

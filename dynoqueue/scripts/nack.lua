@@ -1,6 +1,7 @@
 -- nack: end leases now instead of waiting for them to expire (DynoQueue.nack / nack_many): each
 -- message is due again after a delay, or dead-lettered once it has been delivered max
--- deliveries times.
+-- deliveries times. A grouped message stays its group's current one: it is redelivered before
+-- any later message of its group.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] delay ms (>= 0), [3] error text or '',
 --       then pairs: id, receipt ('' = any lease of that id)
@@ -11,7 +12,6 @@ local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])
 local p = policy_of(k)
 local again, dead = 0, 0
-local first_before = {}
 for i = 4, #ARGV, 2 do
   local id, receipt = ARGV[i], ARGV[i + 1]
   for s = 1, k.n do
@@ -29,15 +29,8 @@ for i = 4, #ARGV, 2 do
           dead = dead + 1
         else
           save_life(k, id, rec)
-          local qkey = k.queue(s)
-          if first_before[s] == nil then first_before[s] = earliest(qkey) or false end
-          local score = now + delay + priority_of(json) / 100
           redis.call('ZREM', k.unack(s), id)
-          redis.call('ZADD', qkey, score, id)
-          if first_before[s] == false or score < first_before[s] then
-            ring(qkey)
-            first_before[s] = score
-          end
+          wait_in(k, s, id, now + delay, priority_of(json))
           again = again + 1
         end
       end

@@ -23,10 +23,9 @@ for i = 4, #ARGV do
       rec.d = math.max(0, (rec.d or 1) - 1)
       if rec.d == 0 then rec.d = nil; rec.c = nil end
       save_life(k, id, rec)
-      redis.call('ZADD', k.queue(s), now + priority_of(json) / 100, id)
+      wait_in(k, s, id, now, priority_of(json))
       released = released + 1
     end
   end
 end
-if released > 0 then ring(k.queue(s)) end
 return released
