@@ -369,14 +369,17 @@ def test_a_group_lives_in_one_shard_and_local_pops_elsewhere_never_see_it(
 
 def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make, raw) -> None:
     q = make()
-    q.push(grouped("g", "j1", "j2"))
+    q.push(grouped("g", "j1", "j2", "j3", "j4"))
     q.pop(1)
     raw.zrem(q.keys.unack_shard("a"), "j1")  # what the Java client's ack does
     raw.hdel(q.keys.message_hash, "j1")
     assert q.pop(5) == []
     q.process_unacks()
     assert ids(q.pop(5)) == ["j2"]
+    raw.hdel(q.keys.message_hash, "j3")  # a Java client's remove of one waiting in line
     q.ack("j2")
+    assert ids(q.pop(5) or q.pop(5)) == ["j4"]  # the claim drops j3, then j4 is current
+    q.ack("j4")
     q.process_unacks()
     for key in (q.keys.group_of, q.keys.group_head, q.keys.group_queue_shard("a"),
                 q.keys.life):

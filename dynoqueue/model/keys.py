@@ -164,7 +164,8 @@ class QueueKeys:
     def group_queue_shard(self, shard: str) -> str:
         """``P.GQ.Q.S``: zset (all scores 0, ordered by member bytes) of the grouped messages of
         a shard that wait behind their group's current message. Member: the group's length,
-        ``:``, the group, the due ms (16 digits), the push sequence (16 digits), the id."""
+        ``:``, the group, the due ms (16 digits), the push sequence (16 digits), the priority
+        (2 digits), the id."""
         return f"{self.prefix}.GQ.{self._tagged}.{shard}"
 
     @property

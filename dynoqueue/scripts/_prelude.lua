@@ -223,8 +223,9 @@ end
 -- All messages of a group live in one shard s. Only the group's current message (K.ghead)
 -- is in a queue, ready or unack zset of s: waiting, or leased (then the group is locked). The
 -- others wait in K.gq(s), ordered by member bytes: the group's length and the group (a prefix
--- only that group's members have), then their due ms and push sequence (16 digits each), then
--- the id. K.groupof has each grouped id's due ms, sequence, shard, priority and group.
+-- only that group's members have), then their due ms and push sequence (16 digits each), their
+-- priority (2 digits), then the id. K.groupof has each grouped id's due ms, sequence, shard,
+-- priority and group.
 
 -- Whether the queue has grouped messages at all: checked once per script call, so queues
 -- without groups pay nothing per message.
@@ -249,46 +250,45 @@ local function group_prefix(g)
 end
 
 local function pending_member(rec, id)
-  return group_prefix(rec.g) .. rec.key .. id
+  return group_prefix(rec.g) .. rec.key .. string.format('%02d', rec.pr) .. id
 end
 
--- The first (lowest) pending member of group g in shard s, or nil.
-local function first_pending(k, g, s)
-  local prefix = group_prefix(g)
+-- The first (lowest) pending member of the group with that prefix in shard s, or nil.
+local function first_pending(k, prefix, s)
   return redis.call('ZRANGEBYLEX', k.gq(s), '[' .. prefix, '(' .. prefix .. ':', 'LIMIT', 0, 1)[1]
 end
 
--- The current message of group g (in shard s) left: the next pending one, if any, becomes
--- current and waits. Members whose message is gone (removed by a Java client) are dropped.
+-- The current message of group g (in shard s) left: the first one in line, if any, becomes
+-- current and waits, due at its own due time. (One whose message a Java client removed is
+-- dropped when a claim finds no payload, which moves the group on again.)
 local function promote_next(k, g, s)
-  local skip = #group_prefix(g) + 33
-  for _ = 1, 100 do
-    local member = first_pending(k, g, s)
-    if not member then break end
-    redis.call('ZREM', k.gq(s), member)
-    local id = string.sub(member, skip)
-    local rec = group_rec(k, id)
-    if rec and pending_member(rec, id) == member and redis.call('HEXISTS', k.msg, id) == 1 then
-      redis.call('HSET', k.ghead, g, id)
-      wait_in(k, s, id, rec.due, rec.pr)
-      return
-    end
-    if rec and rec.g == g then redis.call('HDEL', k.groupof, id) end
+  local prefix = group_prefix(g)
+  local member = first_pending(k, prefix, s)
+  if not member then
+    redis.call('HDEL', k.ghead, g)
+    return
   end
-  redis.call('HDEL', k.ghead, g)
+  redis.call('ZREM', k.gq(s), member)
+  local at = #prefix
+  local id = string.sub(member, at + 35)
+  redis.call('HSET', k.ghead, g, id)
+  wait_in(k, s, id, tonumber(string.sub(member, at + 1, at + 16)),
+          tonumber(string.sub(member, at + 33, at + 34)))
 end
 
--- id leaves its group (it ended, or is re-pushed or rescheduled): if it was the current one,
--- the next one becomes current.
-local function group_leave(k, id)
+-- id leaves its group (it ended, or is re-pushed or rescheduled): if it was the current one
+-- (current = true: the caller knows, e.g. it was leased), the next one becomes current.
+local function group_leave(k, id, current)
   if not has_groups(k) then return end
-  local rec = group_rec(k, id)
-  if not rec then return end
+  local raw = redis.call('HGET', k.groupof, id)
+  if not raw then return end
   redis.call('HDEL', k.groupof, id)
-  if redis.call('HGET', k.ghead, rec.g) == id then
-    promote_next(k, rec.g, rec.s)
+  local g, s = string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))
+  if current or redis.call('HGET', k.ghead, g) == id then
+    promote_next(k, g, s)
   else
-    redis.call('ZREM', k.gq(rec.s), pending_member(rec, id))
+    redis.call('ZREM', k.gq(s), group_prefix(g) .. string.sub(raw, 1, 32)
+                                .. string.sub(raw, 36, 37) .. id)
   end
 end
 
@@ -308,7 +308,7 @@ local function group_insert(k, id, g, s, due, pr, seq)
   end
   if cur then s = cur.s end
   local mine = {key = string.format('%016.0f%016.0f', math.min(math.max(due, 0), 9999999999999999),
-                                    seq), g = g}
+                                    seq), g = g, pr = pr}
   redis.call('HSET', k.groupof, id, mine.key .. string.format('%03d%02d', s, pr) .. g)
   if not cur then
     redis.call('HSET', k.ghead, g, id)
@@ -373,9 +373,9 @@ end
 
 -- The message leaves the queue for good, in state 'ACKED', 'EXPIRED' or 'DELETED', once it is
 -- out of its zsets: its payload, group place and lifecycle data go (the next of its group
--- becomes current); with a retention it stays queryable (state, payload, deliveries) until the
--- sweep drops it.
-local function finish(k, p, id, state, now, shard)
+-- becomes current; leased = true: it was leased, so it was its group's current one); with a
+-- retention it stays queryable (state, payload, deliveries) until the sweep drops it.
+local function finish(k, p, id, state, now, shard, leased)
   if p.ret > 0 then
     local json = redis.call('HGET', k.msg, id)
     if json then
@@ -386,7 +386,7 @@ local function finish(k, p, id, state, now, shard)
       redis.call('ZADD', k.endedat, now, id)
     end
   end
-  group_leave(k, id)
+  group_leave(k, id, leased)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
   if has_expiry(k) then redis.call('ZREM', k.expiry, id) end

@@ -21,7 +21,7 @@ for i = 2, #ARGV, 2 do
       if not leased then break end
     end
     if leased then
-      finish(k, p, id, 'ACKED', now, s)
+      finish(k, p, id, 'ACKED', now, s, true)
       acked = acked + 1
       break
     end

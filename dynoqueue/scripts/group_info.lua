@@ -15,7 +15,7 @@ local s = rec.s
 local prefix = group_prefix(g)
 local waiting = redis.call('ZLEXCOUNT', k.gq(s), '[' .. prefix, '(' .. prefix .. ':')
 if redis.call('ZSCORE', k.unack(s), head) then
-  local member = first_pending(k, g, s)
+  local member = first_pending(k, prefix, s)
   local due = ''
   if member then due = string.sub(member, #prefix + 1, #prefix + 16) end
   return {waiting, head, due, s}
