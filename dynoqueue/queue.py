@@ -50,7 +50,10 @@ class DynoQueue(QueueBase):
         Each message becomes visible ``message.timeout`` ms after the push (or at its
         ``due_at_ms``); all messages of one call share one "now" (the Redis server's clock
         unless a clock was injected). A message's ``max_deliveries``/``ttl_ms`` override the
-        queue policy for it. Mirrors ``push`` (Camellia ``sendMsg``, Youzan ``add``).
+        queue policy for it. A message with a ``group`` goes to its group's shard (CRC32 of the
+        group, not the sharding strategy) and waits behind the group's current message (see
+        ``docs/semantics.md``, "Ordering"). Mirrors ``push`` (Camellia ``sendMsg``, Youzan
+        ``add``).
 
         Args:
             messages: the messages (a list, tuple or other iterable of :class:`Message`).
@@ -93,7 +96,10 @@ class DynoQueue(QueueBase):
 
     def pop(self, count: int, wait_ms: int = 0, *, lease_ms: int | None = None,
             min_count: int | None = None) -> list[Message]:
-        """Lease up to ``count`` due messages from the local shard, oldest visibility first.
+        """Lease up to ``count`` due messages from the local shard, oldest visibility first (with
+        the policy's ``strict_priority``: the lowest priority number first, then the oldest).
+        Of an ordered group only its current message is deliverable, and only while no other
+        message of the group is leased.
 
         Each returned message is moved to the unack set with a lease of ``unack_timeout_ms``;
         ack it within the lease, extend it with :meth:`set_unack_timeout`, or it is delivered
