@@ -10,7 +10,7 @@ shard sizes, local_get, scans) go to the non-quorum connection, usually the loca
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .core.factory import QueueBase
 from .core.queue import QueueCore
@@ -50,7 +50,10 @@ class DynoQueue(QueueBase):
         Each message becomes visible ``message.timeout`` ms after the push (or at its
         ``due_at_ms``); all messages of one call share one "now" (the Redis server's clock
         unless a clock was injected). A message's ``max_deliveries``/``ttl_ms`` override the
-        queue policy for it. Mirrors ``push`` (Camellia ``sendMsg``, Youzan ``add``).
+        queue policy for it. A message with a ``group`` goes to its group's shard (CRC32 of the
+        group, not the sharding strategy) and waits behind the group's current message (see
+        ``docs/semantics.md``, "Ordering"). Mirrors ``push`` (Camellia ``sendMsg``, Youzan
+        ``add``).
 
         Args:
             messages: the messages (a list, tuple or other iterable of :class:`Message`).
@@ -93,7 +96,10 @@ class DynoQueue(QueueBase):
 
     def pop(self, count: int, wait_ms: int = 0, *, lease_ms: int | None = None,
             min_count: int | None = None) -> list[Message]:
-        """Lease up to ``count`` due messages from the local shard, oldest visibility first.
+        """Lease up to ``count`` due messages from the local shard, oldest visibility first (with
+        the policy's ``strict_priority``: the lowest priority number first, then the oldest).
+        Of an ordered group only its current message is deliverable, and only while no other
+        message of the group is leased.
 
         Each returned message is moved to the unack set with a lease of ``unack_timeout_ms``;
         ack it within the lease, extend it with :meth:`set_unack_timeout`, or it is delivered
@@ -565,6 +571,28 @@ class DynoQueue(QueueBase):
             InvalidArgumentError, RedisOperationError: as for :meth:`state`.
         """
         return self._run(self._core.info(id))
+
+    def group_info(self, group: str) -> dict[str, Any]:
+        """Where an ordered message group stands (see :class:`Message`'s ``group``), for
+        operators. Mirrors nothing in dyno-queues; SQS FIFO and RMQ show no such view.
+
+        Args:
+            group: the group, a non-empty str.
+
+        Returns:
+            ``{"waiting": int, "leased": str | None, "next_due_ms": int | None, "shard": str}``:
+            how many of the group's messages wait (not leased); the id of its leased message
+            (at most one), or None; the due time (epoch ms) of the message it delivers next:
+            the waiting current one, or, while one is leased, the first behind it (deliverable
+            once the leased one is acked, dead-lettered or removed); None when nothing waits;
+            the shard the group's messages live in (for a group without messages: the one its
+            first message would go to).
+
+        Raises:
+            InvalidArgumentError: group is not a non-empty str.
+            RedisOperationError: Redis failed.
+        """
+        return self._run(self._core.group_info(group))
 
     def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         """The oldest dead letters, oldest first (kept ``dead_letter_retention_ms``).

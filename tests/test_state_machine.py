@@ -1,7 +1,8 @@
 """Stateful property test: DynoQueue against a plain-Python model, on a real redis-server.
 
-A hypothesis ``RuleBasedStateMachine`` drives push, pop, unsafe_pop_all_shards, ack, remove,
-set_timeout, set_unack_timeout, process_unacks and ensure, plus an injected clock that only moves
+A hypothesis ``RuleBasedStateMachine`` drives push (a third of the messages in ordered groups),
+pop, unsafe_pop_all_shards, ack, nack, remove, redrive, set_timeout, set_unack_timeout,
+process_unacks and ensure, plus an injected clock that only moves
 when the machine moves it (by small and large steps, and onto the ms around the next due time or
 lease expiry), and after every step compares size, shard_sizes, get / contains of
 every id of the pool, and the exact ordered lists peek and unsafe_peek_all_shards return.
@@ -10,11 +11,20 @@ The model encodes the library's contract:
 
 * a waiting message's score is ``due_ms + priority / 100`` with ``due_ms = now + timeout``; it is
   deliverable iff ``due_ms <= now``; pops and peeks go in (due_ms, priority, id bytes) order
-  (Redis breaks equal scores by member bytes, and UTF-8 bytes order is code point order);
+  (Redis breaks equal scores by member bytes, and UTF-8 bytes order is code point order), or,
+  on a queue with strict priority (drawn at the start), in (priority, due_ms, id bytes) order;
 * pushes go round robin over ["a", "b", "c"], incrementing first (b, c, a, ...); ensure advances
   the same counter even when it does not push;
 * a pop leases in the shard the message waited in, until ``now + unack_timeout_ms``;
-  process_unacks puts back only the local shard's expired leases, due at the lease expiry.
+  process_unacks puts back only the local shard's expired leases, due at the lease expiry;
+* grouped messages go to the group's crc32 shard (without moving the round robin); only the
+  group's current message is deliverable; the others wait in line by (due ms, push sequence)
+  and count as waiting (DELAYED/READY by their own due time); one due before a current message
+  that waits and was never delivered becomes current; when the current one ends (ack, remove,
+  dead letter) or is replaced, the first in line becomes current, due at its own due time; a
+  nack or lease expiry keeps it current; set_timeout takes the message's place in line again
+  by its new due time, keeping its sequence; redrive queues dead letters oldest first, each
+  with a new sequence.
 
 Each example gets a fresh key prefix on the session redis-server, and its RedisQueues is closed
 (after clearing the queue) when the example ends. Runs once with a bytes client and, shorter,
@@ -24,6 +34,7 @@ once with a decode_responses=True client, each on the sync and on the asyncio AP
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -71,10 +82,16 @@ payloads = st.one_of(
 delays = st.one_of(st.just(0), st.integers(0, 5), st.integers(0, 3000))
 # Few distinct priorities, so that equal scores (same due ms and priority) are common.
 priorities = st.one_of(st.sampled_from([0, 0, 1, 99]), st.integers(0, 99))
-messages = st.builds(Message, id=ids, payload=payloads, timeout=delays, priority=priorities)
+#: Ordered groups: crc32 puts "x" and "w" on the local shard a, "y" on b.
+GROUPS = ["x", "y", "w"]
+# A third of the messages are grouped, so groups meet every rule.
+groups = st.one_of(st.none(), st.none(), st.sampled_from(GROUPS))
+messages = st.builds(Message, id=ids, payload=payloads, timeout=delays, priority=priorities,
+                     group=groups)
 # Due at once or within a few ms, with one of two priorities: pops and ties between equal scores.
 due_messages = st.builds(
-    Message, id=ids, payload=payloads, timeout=st.integers(0, 2), priority=st.sampled_from([0, 99])
+    Message, id=ids, payload=payloads, timeout=st.integers(0, 2), priority=st.sampled_from([0, 99]),
+    group=groups,
 )
 
 
@@ -90,13 +107,22 @@ class Entry:
     due_ms: int = 0  # waiting: visible from this ms on (score = due_ms + priority / 100)
     expiry_ms: int = 0  # leased: lease ends at this ms
     deliveries: int = 0  # claims so far (the lifecycle's delivery count)
+    group: str | None = None
+    group_key: tuple[int, int] = (0, 0)  # grouped: (due ms, push sequence), its place in line
+    pending: bool = False  # grouped: waiting behind its group's current message
+    died_at: int = 0  # dead letters: when it died (redrive takes the oldest first)
 
-    def order_key(self, message_id: str) -> tuple[int, int, bytes]:
+    def order_key(self, message_id: str, strict: bool = False) -> tuple[int, int, bytes]:
+        """Delivery order within a shard: (due ms, priority, id bytes), or with strict
+        priority (priority, due ms, id bytes)."""
+        if strict:
+            return (self.priority, self.due_ms, message_id.encode("utf-8"))
         return (self.due_ms, self.priority, message_id.encode("utf-8"))
 
 
 def as_tuple(message: Message) -> tuple[Any, ...]:
-    return (message.id, message.payload, message.timeout, message.priority, message.shard)
+    return (message.id, message.payload, message.timeout, message.priority, message.shard,
+            message.group)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -117,7 +143,11 @@ class QueueMachine(RuleBasedStateMachine):
         #: Dead letters: id -> the entry as it died (max deliveries reached).
         self.dead: dict[str, Entry] = {}
         self.max_deliveries = 0
+        self.strict = False
         self.rr = 0
+        #: Ordered groups: group -> its current message (waiting or leased); the push sequence.
+        self.heads: dict[str, str] = {}
+        self.seq = 0
         self.unack_timeout_ms = 1
 
     # ------------------------------------------------------------------------------- set-up
@@ -126,8 +156,10 @@ class QueueMachine(RuleBasedStateMachine):
         unack_timeout_ms=st.one_of(st.integers(1, 10), st.integers(1, 5000)),
         batch=st.lists(st.one_of(messages, due_messages), max_size=len(IDS)),
         max_deliveries=st.sampled_from([0, 0, 1, 2, 3]),
+        strict=st.booleans(),
     )
-    def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int) -> None:
+    def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int,
+              strict: bool) -> None:
         assert self.client is not None and self.make_clock is not None
         self.clock = self.make_clock()
         self.unack_timeout_ms = unack_timeout_ms
@@ -144,7 +176,9 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             self.queues = RedisQueues(self.client, self.client, **options)
         self.max_deliveries = max_deliveries
-        self.queue = self.queues.get("q", QueuePolicy(max_deliveries=max_deliveries))
+        self.strict = strict
+        self.queue = self.queues.get("q", QueuePolicy(max_deliveries=max_deliveries,
+                                                      strict_priority=strict))
         if batch:
             self.push(batch)
 
@@ -167,27 +201,85 @@ class QueueMachine(RuleBasedStateMachine):
             self.rr = 0
         return SHARDS[self.rr]
 
+    def shard_for(self, message: Message) -> str:
+        """Grouped messages go to the group's crc32 shard; the others round robin."""
+        if message.group is not None:
+            return SHARDS[zlib.crc32(message.group.encode()) % len(SHARDS)]
+        return self.next_shard()
+
     def model_push(self, message: Message, shard: str, now: int) -> None:
         self.dead.pop(message.id, None)
-        self.model[message.id] = Entry(
+        if message.id in self.model:  # replaced: it leaves its group first
+            self.group_leave(message.id)
+        entry = self.model[message.id] = Entry(
             payload=message.payload or None,  # an empty payload is not stored
             timeout=message.timeout,
             priority=message.priority,
             shard=shard,
             leased=False,
             due_ms=now + message.timeout,
+            group=message.group,
         )
+        if entry.group is not None:
+            self.seq += 1
+            entry.group_key = (entry.due_ms, self.seq)
+            self.group_insert(message.id)
+
+    def group_insert(self, mid: str) -> None:
+        """A grouped entry (not leased) takes its place in line: current if its group has
+        none, or if it comes before a current one that waits and was never delivered."""
+        entry = self.model[mid]
+        assert entry.group is not None
+        entry.due_ms = entry.group_key[0]
+        head = self.heads.get(entry.group)
+        if head is None:
+            self.heads[entry.group] = mid
+            entry.pending = False
+            return
+        current = self.model[head]
+        entry.shard = current.shard
+        if (entry.group_key < current.group_key and not current.leased
+                and current.deliveries == 0):
+            current.pending = True
+            current.due_ms = current.group_key[0]
+            self.heads[entry.group] = mid
+            entry.pending = False
+        else:
+            entry.pending = True
+
+    def group_leave(self, mid: str) -> None:
+        """The entry leaves its group (ended, replaced, rescheduled); if it was the current
+        one, the first in line becomes current, due at its own due time."""
+        entry = self.model[mid]
+        group = entry.group
+        entry.pending = False
+        if group is None or self.heads.get(group) != mid:
+            return
+        waiting = [m for m, e in self.model.items() if e.group == group and e.pending]
+        if not waiting:
+            del self.heads[group]
+            return
+        nxt = min(waiting, key=lambda m: self.model[m].group_key)
+        self.heads[group] = nxt
+        self.model[nxt].pending = False
+        self.model[nxt].due_ms = self.model[nxt].group_key[0]
+
+    def end(self, mid: str) -> Entry:
+        """The message leaves the queue (acked, removed, dead): its group moves on."""
+        self.group_leave(mid)
+        return self.model.pop(mid)
 
     def deliverable(self, shard: str) -> list[str]:
         due = [
             mid for mid, entry in self.model.items()
-            if entry.shard == shard and not entry.leased and entry.due_ms <= self.now
+            if entry.shard == shard and not entry.leased and not entry.pending
+            and entry.due_ms <= self.now
         ]
-        return sorted(due, key=lambda mid: self.model[mid].order_key(mid))
+        return sorted(due, key=lambda mid: self.model[mid].order_key(mid, self.strict))
 
     def expected(self, mid: str, shard: str | None) -> tuple[Any, ...]:
         entry = self.model[mid]
-        return (mid, entry.payload, entry.timeout, entry.priority, shard)
+        return (mid, entry.payload, entry.timeout, entry.priority, shard, entry.group)
 
     def expired_local_leases(self) -> list[str]:
         return [
@@ -213,7 +305,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     def kill(self, mid: str) -> None:
         """The lease ended at the last allowed delivery: a dead letter."""
-        self.dead[mid] = self.model.pop(mid)
+        self.dead[mid] = self.end(mid)
+        self.dead[mid].died_at = self.now
 
     # ------------------------------------------------------------------------------- rules
 
@@ -234,7 +327,7 @@ class QueueMachine(RuleBasedStateMachine):
         now = self.now
         assert self.queue.push(batch) == [m.id for m in batch]
         for message in batch:
-            self.model_push(message, self.next_shard(), now)
+            self.model_push(message, self.shard_for(message), now)
 
     @rule(batch=st.lists(due_messages, min_size=1, max_size=6))
     def push_due(self, batch: list[Message]) -> None:
@@ -249,9 +342,15 @@ class QueueMachine(RuleBasedStateMachine):
         """Due-now messages with one score: each shard gets ties broken by id bytes."""
         self.push([Message(mid, payload, 0, priority) for mid in batch_ids])
 
+    @rule(group=st.sampled_from(GROUPS), batch_ids=st.lists(ids, min_size=2, max_size=4),
+          delay=st.integers(0, 3))
+    def push_group(self, group: str, batch_ids: list[str], delay: int) -> None:
+        """Several messages of one group at once: ties in due time go by push order."""
+        self.push([Message(mid, mid, delay, 0, group=group) for mid in batch_ids])
+
     @rule(message=messages)
     def ensure(self, message: Message) -> None:
-        shard = self.next_shard()
+        shard = self.shard_for(message)
         absent = message.id not in self.model
         assert self.queue.ensure(message) is absent
         if absent:
@@ -285,13 +384,14 @@ class QueueMachine(RuleBasedStateMachine):
         leased = mid in self.model and self.model[mid].leased
         assert self.queue.ack(mid) is leased
         if leased:
-            del self.model[mid]
+            self.end(mid)
 
     @rule(mid=ids)
     def remove(self, mid: str) -> None:
         present = mid in self.model or mid in self.dead
         assert self.queue.remove(mid) is present
-        self.model.pop(mid, None)
+        if mid in self.model:
+            self.end(mid)
         self.dead.pop(mid, None)
 
     @rule(mid=ids, delay=delays)
@@ -311,9 +411,15 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(delay=st.integers(0, 3))
     def redrive(self, delay: int) -> None:
         assert self.queue.redrive(delay_ms=delay) == len(self.dead)
-        for mid, entry in self.dead.items():
+        oldest_first = sorted(self.dead, key=lambda m: (self.dead[m].died_at, m.encode()))
+        for mid in oldest_first:
+            entry = self.dead[mid]
             entry.leased, entry.deliveries, entry.due_ms = False, 0, self.now + delay
             self.model[mid] = entry
+            if entry.group is not None:
+                self.seq += 1
+                entry.group_key = (entry.due_ms, self.seq)
+                self.group_insert(mid)
         self.dead.clear()
 
     @rule(mid=ids, timeout=delays)
@@ -324,6 +430,17 @@ class QueueMachine(RuleBasedStateMachine):
             entry = self.model[mid]
             entry.timeout = timeout
             entry.due_ms = self.now + timeout
+            if entry.group is not None:  # it takes its place in line again, same sequence
+                self.group_leave(mid)
+                entry.group_key = (entry.due_ms, entry.group_key[1])
+                self.group_insert(mid)
+
+    @precondition(lambda self: any(e.pending for e in self.model.values()))
+    @rule(data=st.data(), timeout=st.integers(0, 3))
+    def reschedule_waiting_member(self, data: st.DataObject, timeout: int) -> None:
+        """set_timeout on a grouped message waiting in line: it may now come first."""
+        pending = sorted(mid for mid, e in self.model.items() if e.pending)
+        self.set_timeout(data.draw(st.sampled_from(pending)), timeout)
 
     @rule(mid=ids, timeout=st.one_of(st.integers(0, 5), st.integers(0, 5000)))
     def set_unack_timeout(self, mid: str, timeout: int) -> None:
@@ -340,7 +457,7 @@ class QueueMachine(RuleBasedStateMachine):
         mid = data.draw(st.sampled_from(leased))
         if data.draw(st.booleans()):
             assert self.queue.ack(mid) is True
-            del self.model[mid]
+            self.end(mid)
         else:
             timeout = data.draw(st.integers(0, 10))
             assert self.queue.set_unack_timeout(mid, timeout) is True
@@ -407,6 +524,29 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 assert got is None
             assert self.queue.contains(mid) is (mid in self.model)
+
+    @invariant()
+    def groups_match(self) -> None:
+        """group_info: waiting count, leased id, due time of the next delivery, shard; and
+        never two messages of one group leased."""
+        if self.queues is None:
+            return
+        for group in GROUPS:
+            members = {m: e for m, e in self.model.items() if e.group == group}
+            head = self.heads.get(group)
+            leased = [m for m, e in members.items() if e.leased]
+            assert len(leased) <= 1 and (not leased or leased[0] == head)
+            nxt: int | None = None
+            if head is not None and not members[head].leased:
+                nxt = members[head].due_ms
+            elif head is not None:
+                waiting = [e.group_key for e in members.values() if e.pending]
+                nxt = min(waiting)[0] if waiting else None
+            home = members[head].shard if head else SHARDS[
+                zlib.crc32(group.encode()) % len(SHARDS)]
+            assert self.queue.group_info(group) == {
+                "waiting": len(members) - len(leased), "leased": leased[0] if leased else None,
+                "next_due_ms": nxt, "shard": home}
 
     @invariant()
     def deliverable_match(self) -> None:

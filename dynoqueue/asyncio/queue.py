@@ -8,7 +8,7 @@ and so are the docstrings (copied from the sync class at import).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..core.factory import QueueBase
 from ..core.queue import QueueCore
@@ -164,6 +164,9 @@ class DynoQueue(QueueBase):
 
     async def info(self, id: str) -> MessageInfo | None:
         return await self._run(self._core.info(id))
+
+    async def group_info(self, group: str) -> dict[str, Any]:
+        return await self._run(self._core.group_info(group))
 
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         return await self._run(self._core.dead_letters(count))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -71,6 +72,8 @@ log = logging.getLogger("dynoqueue.queue")
 
 #: Most messages one script call pushes, claims or re-queues: bounds how long Redis is blocked.
 SCRIPT_BATCH = 500
+#: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
+_FIXED_LIFE_KEYS = 13
 #: How many of a shard's earliest ids find_stale_messages checks.
 STALE_CHECK_LIMIT = 1000
 #: Waiting pops re-check this often while the doorbell subscription is down.
@@ -192,9 +195,10 @@ class QueueCore:
         args: list[Any] = []
         for m in batch:
             args += [m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
-                     _opt(m.due_at_ms), _opt(m.max_deliveries), _opt(m.ttl_ms)]
+                     _opt(m.due_at_ms), _opt(m.max_deliveries), _opt(m.ttl_ms),
+                     m.group or ""]
         keys = self._life_keys
-        step = SCRIPT_BATCH * 8
+        step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(0, len(args), step)]
         if len(chunks) == 1:
             replies = yield from self._write(operation, "push",
@@ -514,7 +518,23 @@ class QueueCore:
             expires_at_ms=_int_or_none(expires),
             ended_at_ms=_int_or_none(ended_at),
             last_error=rec.get("l"),
+            group=message.group if message else None,
         )
+
+    def group_info(self, group: str) -> Op[dict[str, Any]]:
+        if not isinstance(group, str) or not group:
+            raise InvalidArgumentError(f"group must be a non-empty str, got {group!r}")
+        try:
+            group.encode()
+        except UnicodeEncodeError:
+            raise InvalidArgumentError("group is not valid Unicode text") from None
+        self._check_attached()
+        waiting, leased, due, index = yield from self._guard(
+            "group_info", self.keys.group_head, self._script(
+                QUORUM, "group_info", self._life_keys,
+                [self._now_arg(), group, self._group_shard(group) + 1], idempotent=True))
+        return {"waiting": int(waiting), "leased": as_text(leased) if leased else None,
+                "next_due_ms": _int_or_none(due), "shard": self.shards[int(index) - 1]}
 
     def dead_letters(self, count: int) -> Op[list[DeadLetter]]:
         validate.int_at_least("count", count, 0)
@@ -578,8 +598,10 @@ class QueueCore:
         if count == 0:
             return []
         order = self._local_first if all_shards else [self._local]
-        keys = [self.keys.message_hash, *(self.keys.queue_shard(self.shards[i]) for i in order)]
-        flat = yield from self._guard(operation, keys[1], self._read_script(
+        keys = [self.keys.message_hash, self.keys.policy]
+        for i in order:
+            keys += [self.keys.queue_shard(self.shards[i]), self.keys.ready_shard(self.shards[i])]
+        flat = yield from self._guard(operation, keys[2], self._read_script(
             "peek", keys, [self._now_arg(), count]))
         return [Message.from_json(flat[i + 1], shard=self.shards[order[int(flat[i]) - 1]])
                 for i in range(0, len(flat), 2)]
@@ -607,9 +629,11 @@ class QueueCore:
     def find_match(self, pattern: str, local_only: bool) -> Op[str | None]:
         validate.pattern(pattern)
         self._check_attached()
-        keys = [self.keys.message_hash, self.keys.queue_shard(self.local_shard)]
+        local = self.local_shard
+        keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
+                self.keys.group_of, self.keys.group_queue_shard(local)]
         found = yield from self._guard("get_msg_with_predicate", keys[0], self._read_script(
-            "find_match", keys, [pattern, "1" if local_only else "0"]))
+            "find_match", keys, [pattern, "1" if local_only else "0", self._local + 1]))
         return as_text(found) if found else None
 
     def contains_match(self, pattern: str, local_only: bool) -> Op[bool]:
@@ -620,12 +644,9 @@ class QueueCore:
 
     def shard_sizes(self) -> Op[dict[str, dict[str, int]]]:
         self._check_attached()
-        commands: list[Sequence[Any]] = []
-        for shard in self.shards:
-            commands += [("ZCARD", self.keys.queue_shard(shard)),
-                         ("ZCARD", self.keys.unack_shard(shard))]
-        key = self.keys.queue_shard(self.local_shard)
-        counts = yield from self._guard("shard_sizes", key, self._read_pipeline(key, commands))
+        keys = self._life_keys[_FIXED_LIFE_KEYS:]
+        counts = yield from self._guard("shard_sizes", keys[0], self._read_script(
+            "sizes", keys, []))
         return {shard: {"size": int(counts[2 * i]), "uacked": int(counts[2 * i + 1])}
                 for i, shard in enumerate(self.shards)}
 
@@ -634,7 +655,7 @@ class QueueCore:
         out: list[Message] = []
         for shard in self.shards:
             keys = [self.keys.message_hash, self.keys.queue_shard(shard),
-                    self.keys.unack_shard(shard)]
+                    self.keys.unack_shard(shard), self.keys.ready_shard(shard)]
             ids = yield from self._guard("find_stale_messages", keys[1], self._read_script(
                 "find_stale", keys, [STALE_CHECK_LIMIT]))
             out += [Message(as_text(i), shard=shard) for i in ids]
@@ -677,8 +698,10 @@ class QueueCore:
 
     def clear(self) -> Op[None]:
         self._check_open()
-        keys = [*self.keys.all_keys(), *self._life_keys[1:9]]
+        keys = self.keys.every_key()
         yield from self._guard("clear", keys[0], self._command(QUORUM, "DEL", *keys))
+        # The stored policy went too: store this process's again at its next call.
+        self._policy_checked = self.policy is None
 
     # ----------------------------------------------------------------------------- checks
 
@@ -707,12 +730,20 @@ class QueueCore:
         return batch
 
     def _shard_index(self, message: Message) -> int:
+        if message.group is not None:
+            return self._group_shard(message.group)
         shard = self._strategy.get_next_shard(self.shards, message)
         try:
             return self.shards.index(shard)
         except ValueError:
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
+
+    def _group_shard(self, group: str) -> int:
+        """The index of the shard a group's messages live in: CRC32 of its UTF-8 bytes modulo
+        the number of shards (as RMQ maps a slotBasis to a slot); the scripts keep a group
+        with messages in the shard it already has."""
+        return zlib.crc32(group.encode()) % len(self.shards)
 
     def _shard_at(self, index: Any) -> str | None:
         """The shard a stored record names by its 1-based index (None if it names none)."""
@@ -813,15 +844,6 @@ class QueueCore:
                     raise
                 self._ro_supported = False
         return (yield from self._script(READ, name, keys, args, idempotent=True))
-
-    def _read_pipeline(self, key: str, commands: list[Sequence[Any]]) -> Op[list[Any]]:
-        replies: list[Any] = []
-        if self._replica_reads:  # one by one: each goes to a replica the client picks
-            for command in commands:
-                replies.append((yield from self._send(Command(READ, command), idempotent=True)))
-            return replies
-        replies = yield from self._send(Pipeline(READ, commands), idempotent=True)
-        return replies
 
     def _write(self, operation: str, script_name: str, calls: list[tuple[list[str], list[Any]]],
                *, replicate: bool = True) -> Op[list[Any]]:

@@ -6,6 +6,10 @@ For a queue ``Q`` under prefix ``P`` with shard ``S`` (the dyno-queues v1 layout
 * ``P.QUEUE.Q.S``  zset: waiting ids, score = visibility time in epoch ms + priority / 100
 * ``P.UNACK.Q.S``  zset: popped, unacknowledged ids, score = lease expiry in epoch ms
 
+Beside them, with the same hash tag, the lifecycle keys (see :meth:`QueueKeys.lifecycle_keys`)
+and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GQ.Q.S``, ``P.GROUPOF.Q``,
+``P.GHEAD.Q``, ``P.GSEQ.Q``, ``P.GSWEEP.Q`` (ordered message groups).
+
 With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
 every key of one queue hashes to one slot and each Lua script stays single-slot.
 
@@ -149,13 +153,60 @@ class QueueKeys:
         """``P.SWEEP.Q``: string, where the orphan sweep of ``P.LIFE.Q`` goes on (HSCAN)."""
         return self._extra("SWEEP")
 
+    # Ordering keys (docs/semantics.md, "Ordering").
+
+    def ready_shard(self, shard: str) -> str:
+        """``P.READY.Q.S``: zset of due waiting ids of a strict-priority queue, scored
+        ``priority * 2**42 + due ms`` (exact in a double), so the lowest score is the most
+        urgent due message. Never used by queues without strict priority."""
+        return f"{self.prefix}.READY.{self._tagged}.{shard}"
+
+    def group_queue_shard(self, shard: str) -> str:
+        """``P.GQ.Q.S``: zset (all scores 0, ordered by member bytes) of the grouped messages of
+        a shard that wait behind their group's current message. Member: the group's length,
+        ``:``, the group, the due ms (16 digits), the push sequence (16 digits), the priority
+        (2 digits), the id."""
+        return f"{self.prefix}.GQ.{self._tagged}.{shard}"
+
+    @property
+    def group_of(self) -> str:
+        """``P.GROUPOF.Q``: hash id -> the message's place in its group: due ms (16 digits),
+        push sequence (16), shard index (3), priority (2), then the group."""
+        return self._extra("GROUPOF")
+
+    @property
+    def group_head(self) -> str:
+        """``P.GHEAD.Q``: hash group -> the id of its current message, the only one of the group
+        in a queue, ready or unack zset (leased there: the group is locked)."""
+        return self._extra("GHEAD")
+
+    @property
+    def group_seq(self) -> str:
+        """``P.GSEQ.Q``: string, the counter that orders grouped messages due in the same ms."""
+        return self._extra("GSEQ")
+
+    @property
+    def group_sweep_cursor(self) -> str:
+        """``P.GSWEEP.Q``: string, where the sweep of ``P.GROUPOF.Q`` goes on (HSCAN)."""
+        return self._extra("GSWEEP")
+
     def lifecycle_keys(self) -> list[str]:
         """What every lifecycle script takes, in this order: message hash, life, policy, dead,
-        dead info, ended, ended at, expiry, sweep cursor, every queue shard, every unack shard
-        (the prelude's ``K`` names them)."""
+        dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
+        group sweep cursor, then every queue shard, every unack shard, every ready shard, every
+        group queue shard (the prelude's ``lifecycle_keys()`` names them)."""
         return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
                 self.ended, self.ended_at, self.expiry, self.sweep_cursor,
-                *self.all_queue_shards, *self.all_unack_shards]
+                self.group_of, self.group_head, self.group_seq, self.group_sweep_cursor,
+                *self.all_queue_shards, *self.all_unack_shards,
+                *(self.ready_shard(s) for s in self.shards),
+                *(self.group_queue_shard(s) for s in self.shards)]
+
+    def every_key(self) -> list[str]:
+        """Every key a queue may have (what ``clear()`` deletes): the v1 keys, then the
+        lifecycle and ordering keys."""
+        v1 = self.all_keys()
+        return [*v1, *(k for k in self.lifecycle_keys() if k not in v1)]
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,13 @@ class Message:
             policy's ``max_deliveries`` (Camellia's maxRetry, SQS's maxReceiveCount).
         ttl_ms: (keyword) end the message if it is not acked within this many ms of falling
             due, >= 1, overriding the policy's ``message_ttl_ms`` (Camellia's ttlMillis).
+        group: (keyword) a non-empty str: messages with the same group form an ordered group
+            (SQS FIFO's MessageGroupId, RMQ's slotBasis). At most one of them is leased at a
+            time, across every consumer; they are delivered in due order (push order for equal
+            due times), the next once the current one is acked, dead-lettered or removed; a
+            nack or lease expiry redelivers the same one first. All of a group's messages
+            live in one shard (see ``docs/semantics.md``, "Ordering"). Stored in the JSON as
+            ``"group"``, which Java v1 clients ignore.
 
     Popped messages also carry ``deliveries`` (1 on the first delivery: SQS's
     ApproximateReceiveCount) and ``receipt`` (an opaque str, new on every delivery: pass it to
@@ -49,7 +56,8 @@ class Message:
     Raises:
         InvalidMessageError: (a ValueError) for an empty or non-string id, a non-string payload,
             a negative or non-integer timeout, a priority outside 0..99, a bad ``due_at_ms``
-            (or one given with a timeout), or a ``max_deliveries``/``ttl_ms`` below 1.
+            (or one given with a timeout), a ``max_deliveries``/``ttl_ms`` below 1, or a group
+            that is not None or a non-empty str.
 
     Messages compare equal, and hash, by id only, as in dyno-queues.
     """
@@ -62,6 +70,7 @@ class Message:
     due_at_ms: int | None = field(default=None, kw_only=True)
     max_deliveries: int | None = field(default=None, kw_only=True)
     ttl_ms: int | None = field(default=None, kw_only=True)
+    group: str | None = field(default=None, kw_only=True)
     deliveries: int = field(default=0, kw_only=True)
     receipt: str | None = field(default=None, kw_only=True)
 
@@ -103,6 +112,12 @@ class Message:
                 f"message {self.id!r}: give either due_at_ms or a timeout, not both")
         if self.shard is not None and not isinstance(self.shard, str):
             raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
+        if self.group is not None:
+            if not isinstance(self.group, str) or not self.group:
+                raise InvalidMessageError(
+                    f"message {self.id!r}: group must be None or a non-empty str, "
+                    f"got {self.group!r}")
+            _utf8_size(f"message {self.id!r}: group", self.group)
         _utf8_size("id", self.id)
         size = 0 if self.payload is None else _utf8_size(f"message {self.id!r}: payload",
                                                           self.payload)
@@ -121,12 +136,15 @@ class Message:
         return hash(self.id)
 
     def to_json(self) -> bytes:
-        """Encode as dyno-queues JSON (UTF-8 bytes): id, payload if non-empty, timeout, priority."""
+        """Encode as dyno-queues JSON (UTF-8 bytes): id, payload if non-empty, timeout, priority,
+        and group when there is one (Java v1 clients ignore unknown fields)."""
         doc: dict[str, Any] = {"id": self.id}
         if self.payload:
             doc["payload"] = self.payload
         doc["timeout"] = self.timeout
         doc["priority"] = self.priority
+        if self.group is not None:
+            doc["group"] = self.group
         return orjson.dumps(doc)
 
     @classmethod
@@ -166,6 +184,8 @@ class Message:
         message.priority = _stored_int(doc.get("priority"))
         message.shard = shard
         message.due_at_ms = message.max_deliveries = message.ttl_ms = message.receipt = None
+        group = doc.get("group")
+        message.group = group if type(group) is str and group else None
         message.deliveries = 0
         return message
 

@@ -36,26 +36,37 @@ class QueuePolicy:
         retention_ms: how long an ended message (acked, expired, deleted) stays queryable
             through ``state()``/``info()``, payload included; 0 = deleted at once (dyno-queues).
         dead_letter_retention_ms: how long dead letters are kept, >= 1 (default 7 days).
+        strict_priority: False (dyno-queues): priority only orders messages due in the same
+            millisecond. True: a pop takes the due message with the lowest priority number
+            first (0 = most urgent), the earliest due among equal priorities; a delayed
+            message still waits until it is due (Alibaba RMQ's PriorityMessage, bullmq's
+            priority). Part of the queue's stored configuration, like the rest.
 
     Raises:
-        ConfigurationError: (a ValueError) a value that is not an int in range.
+        ConfigurationError: (a ValueError) a value that is not an int in range, or a
+            strict_priority that is not a bool.
     """
 
     max_deliveries: int = 0
     message_ttl_ms: int = 0
     retention_ms: int = 0
     dead_letter_retention_ms: int = DEFAULT_DEAD_LETTER_RETENTION_MS
+    strict_priority: bool = False
 
     def __post_init__(self) -> None:
         for name, low in (("max_deliveries", 0), ("message_ttl_ms", 0), ("retention_ms", 0),
                           ("dead_letter_retention_ms", 1)):
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+        if not isinstance(self.strict_priority, bool):
+            raise ConfigurationError(
+                f"strict_priority must be a bool, got {self.strict_priority!r}")
 
     def to_json(self) -> str:
-        """The stored form (short names the scripts read: max, ttl, ret, dret)."""
+        """The stored form (short names the scripts read: max, ttl, ret, dret, strict)."""
         return orjson.dumps({"max": self.max_deliveries, "ttl": self.message_ttl_ms,
                              "ret": self.retention_ms,
-                             "dret": self.dead_letter_retention_ms}).decode()
+                             "dret": self.dead_letter_retention_ms,
+                             "strict": int(self.strict_priority)}).decode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> QueuePolicy:
@@ -66,8 +77,10 @@ class QueuePolicy:
         """
         try:
             doc = orjson.loads(raw)
-            return cls(int(doc["max"]), int(doc["ttl"]), int(doc["ret"]), int(doc["dret"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            # Policies stored before strict priority existed have no "strict": not strict.
+            return cls(int(doc["max"]), int(doc["ttl"]), int(doc["ret"]), int(doc["dret"]),
+                       bool(int(doc.get("strict", 0))))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"the stored queue policy is unreadable: {raw!r:.80}") from exc
 
 
@@ -93,6 +106,7 @@ class MessageInfo:
     """What :meth:`DynoQueue.info` tells about one message. Times are epoch ms, None when they
     do not apply (or were not recorded: a message without limits of its own, pushed under a
     policy with no TTL, has no record until its first delivery, so no ``enqueued_at_ms``).
+    ``group`` is the message's ordered group, if any.
     """
 
     id: str
@@ -108,6 +122,7 @@ class MessageInfo:
     expires_at_ms: int | None
     ended_at_ms: int | None
     last_error: str | None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

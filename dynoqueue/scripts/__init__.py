@@ -33,7 +33,8 @@ WRITE_SCRIPTS = (
     "postpone",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
-READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list")
+READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",
+                "group_info")
 
 _DOORBELL_ON = "local DOORBELL = true"
 

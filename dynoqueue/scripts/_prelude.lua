@@ -4,10 +4,16 @@
 
 -- Epoch ms: the injected clock's value when the caller passed one, else the server's TIME, so
 -- producers and consumers with skewed clocks agree on when a message is due.
+-- The value is kept in NOW for the helpers below (every state-changing script calls now_ms first).
+local NOW = nil
 local function now_ms(override)
-  if override ~= nil and override ~= '' then return tonumber(override) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if override ~= nil and override ~= '' then
+    NOW = tonumber(override)
+  else
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW
 end
 
 -- ZRANGEBYSCORE bound for "due at now": a score t + p/100 is due once now >= t, i.e. score < now + 1.
@@ -22,14 +28,32 @@ local function earliest(key)
   return nil
 end
 
--- The priority stored in a message's JSON, 0..99; 0 when missing or unreadable.
-local function priority_of(json)
+-- The priority (0..99; 0 when missing or unreadable) and the group (nil when none) stored in a
+-- message's JSON.
+local function fields_of(json)
   local ok, doc = pcall(cjson.decode, json)
+  local pr, group = 0, nil
   if ok and type(doc) == 'table' then
     local p = tonumber(doc['priority'])
-    if p and p >= 0 and p <= 99 then return math.floor(p) end
+    if p and p >= 0 and p <= 99 then pr = math.floor(p) end
+    if type(doc['group']) == 'string' and doc['group'] ~= '' then group = doc['group'] end
   end
-  return 0
+  return pr, group
+end
+
+local function priority_of(json)
+  return (fields_of(json))
+end
+
+-- Whether string a sorts before b by bytes, as Redis orders zset members with equal scores
+-- (Lua's own "<" on strings follows the server's locale).
+local function bytes_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
 end
 
 -- Ring a shard's doorbell: waiting pops subscribed to the channel named like the shard's queue
@@ -49,20 +73,26 @@ end
 
 -- ---------------------------------------------------------------------------------- lifecycle
 -- Scripts that take QueueKeys.lifecycle_keys(): message hash, life, policy, dead, dead info,
--- ended, ended at, expiry, sweep cursor, then n queue zsets and n unack zsets.
+-- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep
+-- cursor, then n queue zsets, n unack zsets, n ready zsets and n group queue zsets.
 local function lifecycle_keys()
-  local n = (#KEYS - 9) / 2
+  local n = (#KEYS - 13) / 4
   local k = {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
-             ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9], n = n}
-  function k.queue(s) return KEYS[9 + s] end
-  function k.unack(s) return KEYS[9 + n + s] end
+             ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
+             groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13], n = n}
+  function k.queue(s) return KEYS[13 + s] end
+  function k.unack(s) return KEYS[13 + n + s] end
+  function k.ready(s) return KEYS[13 + 2 * n + s] end
+  function k.gq(s) return KEYS[13 + 3 * n + s] end
   return k
 end
 
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
--- retention ms, dead-letter retention ms. 0 = off.
+-- retention ms, dead-letter retention ms (0 = off), strict priority. Read once per script call.
+local POLICY = nil
 local function policy_of(k)
-  local p = {max = 0, ttl = 0, ret = 0, dret = 604800000}
+  if POLICY then return POLICY end
+  local p = {max = 0, ttl = 0, ret = 0, dret = 604800000, strict = 0}
   local raw = redis.call('GET', k.policy)
   if raw then
     local ok, doc = pcall(cjson.decode, raw)
@@ -70,6 +100,8 @@ local function policy_of(k)
       for f, v in pairs(doc) do if p[f] ~= nil then p[f] = tonumber(v) or p[f] end end
     end
   end
+  p.strict = p.strict == 1
+  POLICY = p
   return p
 end
 
@@ -129,15 +161,6 @@ local function max_deliveries(rec, p)
   return tonumber(rec.m) or p.max
 end
 
--- The shard (1..n) whose queue or unack zset holds id, and which: 'queue' / 'unack' / nil.
-local function where(k, id)
-  for s = 1, k.n do
-    if redis.call('ZSCORE', k.unack(s), id) then return s, 'unack' end
-    if redis.call('ZSCORE', k.queue(s), id) then return s, 'queue' end
-  end
-  return nil, nil
-end
-
 -- Whether any message of the queue has a TTL (an EXPIRY entry): checked once per script call,
 -- so queues without TTLs pay nothing per message.
 local HAS_EXPIRY = nil
@@ -146,15 +169,229 @@ local function has_expiry(k)
   return HAS_EXPIRY
 end
 
--- Drop id from its zsets (shard s when known, else every shard), the message hash and its
--- lifecycle data.
+-- ---------------------------------------------------------------------- strict priority
+-- With strict priority, due waiting ids of shard s sit in K.ready(s), scored
+-- priority * 2^42 + due ms: exact in a double (below 2^49) for any due time before 2109, so the
+-- lowest score is the most urgent due message, the earliest due among equal priorities.
+-- Ids still delayed wait in K.queue(s) as always; a claim first moves the due ones over.
+local READY_SCALE = 4398046511104
+-- Most due ids one claim (or strict peek) moves from the queue zset to the ready zset.
+local PROMOTE_LIMIT = 1000
+
+local function strict(k)
+  return policy_of(k).strict
+end
+
+local function ready_score(due, pr)
+  return pr * READY_SCALE + math.max(due, 0)
+end
+
+-- The due ms and priority of a queue zset score (due + priority / 100).
+local function split_queue_score(score)
+  local t = math.floor(score)
+  return t, math.floor((score - t) * 100 + 0.5)
+end
+
+-- The due ms and priority of a ready zset score.
+local function split_ready_score(score)
+  local pr = math.floor(score / READY_SCALE)
+  return score - pr * READY_SCALE, pr
+end
+
+-- Move up to PROMOTE_LIMIT due ids of shard s, earliest first, from the queue to the ready zset.
+local function promote(k, s)
+  local due = redis.call('ZRANGEBYSCORE', k.queue(s), '-inf', due_bound(NOW), 'WITHSCORES',
+                         'LIMIT', 0, PROMOTE_LIMIT)
+  if #due == 0 then return end
+  local add, ids = {}, {}
+  for i = 1, #due, 2 do
+    local t, pr = split_queue_score(tonumber(due[i + 1]))
+    add[#add + 1] = ready_score(t, pr)
+    add[#add + 1] = due[i]
+    ids[#ids + 1] = due[i]
+  end
+  redis.call('ZADD', k.ready(s), unpack(add))
+  redis.call('ZREM', k.queue(s), unpack(ids))
+end
+
+-- ---------------------------------------------------------------------- waiting
+-- The queue-zset score of shard s's earliest waiting message before this script call changed
+-- it (-inf when something is ready, +inf when nothing waits), so the doorbell rings only when a
+-- change makes a message due earlier than anything before; at most once per shard and call.
+local FIRST, RUNG = {}, {}
+local function first_waiting(k, s)
+  if FIRST[s] == nil then
+    if strict(k) and redis.call('EXISTS', k.ready(s)) == 1 then FIRST[s] = -math.huge
+    else FIRST[s] = earliest(k.queue(s)) or math.huge end
+  end
+  return FIRST[s]
+end
+
+-- Make id wait in shard s, due at epoch ms due with priority pr: in the ready zset when the
+-- queue has strict priority and it is due now, else in the queue zset (score due + pr / 100).
+local function wait_in(k, s, id, due, pr)
+  local first = first_waiting(k, s)
+  local score = due + pr / 100
+  if strict(k) and due <= NOW then
+    redis.call('ZADD', k.ready(s), ready_score(due, pr), id)
+  else
+    redis.call('ZADD', k.queue(s), score, id)
+  end
+  if score < first and not RUNG[s] then
+    RUNG[s] = true
+    ring(k.queue(s))
+  end
+end
+
+-- Take id out of shard s's waiting zsets (not its group's pending ones).
+local function unwait(k, id, s)
+  redis.call('ZREM', k.queue(s), id)
+  if strict(k) then redis.call('ZREM', k.ready(s), id) end
+end
+
+-- ---------------------------------------------------------------------- ordered groups
+-- All messages of a group live in one shard s. Only the group's current message (K.ghead)
+-- is in a queue, ready or unack zset of s: waiting, or leased (then the group is locked). The
+-- others wait in K.gq(s), ordered by member bytes: the group's length and the group (a prefix
+-- only that group's members have), then their due ms and push sequence (16 digits each), their
+-- priority (2 digits), then the id. K.groupof has each grouped id's due ms, sequence, shard,
+-- priority and group.
+
+-- Whether the queue has grouped messages at all: checked once per script call, so queues
+-- without groups pay nothing per message.
+local HAS_GROUPS = nil
+local function has_groups(k)
+  if HAS_GROUPS == nil then HAS_GROUPS = redis.call('EXISTS', k.groupof) == 1 end
+  return HAS_GROUPS
+end
+
+-- id's group record {key = due .. sequence (32 digits, its place in the group), due, seq, s,
+-- pr, g}, or nil when it has no group.
+local function group_rec(k, id)
+  local raw = redis.call('HGET', k.groupof, id)
+  if not raw then return nil end
+  return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
+          seq = tonumber(string.sub(raw, 17, 32)), s = tonumber(string.sub(raw, 33, 35)),
+          pr = tonumber(string.sub(raw, 36, 37)), g = string.sub(raw, 38)}
+end
+
+local function group_prefix(g)
+  return #g .. ':' .. g
+end
+
+local function pending_member(rec, id)
+  return group_prefix(rec.g) .. rec.key .. string.format('%02d', rec.pr) .. id
+end
+
+-- The first (lowest) pending member of the group with that prefix in shard s, or nil.
+local function first_pending(k, prefix, s)
+  return redis.call('ZRANGEBYLEX', k.gq(s), '[' .. prefix, '(' .. prefix .. ':', 'LIMIT', 0, 1)[1]
+end
+
+-- The current message of group g (in shard s) left: the first one in line, if any, becomes
+-- current and waits, due at its own due time. (One whose message a Java client removed is
+-- dropped when a claim finds no payload, which moves the group on again.)
+local function promote_next(k, g, s)
+  local prefix = group_prefix(g)
+  local member = first_pending(k, prefix, s)
+  if not member then
+    redis.call('HDEL', k.ghead, g)
+    return
+  end
+  redis.call('ZREM', k.gq(s), member)
+  local at = #prefix
+  local id = string.sub(member, at + 35)
+  redis.call('HSET', k.ghead, g, id)
+  wait_in(k, s, id, tonumber(string.sub(member, at + 1, at + 16)),
+          tonumber(string.sub(member, at + 33, at + 34)))
+end
+
+-- id leaves its group (it ended, or is re-pushed or rescheduled): if it was the current one
+-- (current = true: the caller knows, e.g. it was leased), the next one becomes current.
+local function group_leave(k, id, current)
+  if not has_groups(k) then return end
+  local raw = redis.call('HGET', k.groupof, id)
+  if not raw then return end
+  redis.call('HDEL', k.groupof, id)
+  local g, s = string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))
+  if current or redis.call('HGET', k.ghead, g) == id then
+    promote_next(k, g, s)
+  else
+    redis.call('ZREM', k.gq(s), group_prefix(g) .. string.sub(raw, 1, 32)
+                                .. string.sub(raw, 36, 37) .. id)
+  end
+end
+
+-- id (its JSON stored, in no zset) joins group g, due at due with priority pr and push
+-- sequence seq. It goes to the group's shard (s, the client's crc32 pick, only for a group
+-- with no messages). It becomes current if the group has none, or if it is due before a
+-- current one that waits and was never delivered; else it waits behind. Returns its shard.
+local function group_insert(k, id, g, s, due, pr, seq)
+  HAS_GROUPS = true
+  local head = redis.call('HGET', k.ghead, g)
+  local cur = head and group_rec(k, head)
+  if head and not (cur and redis.call('HEXISTS', k.msg, head) == 1) then
+    -- the current message is gone (a Java client acked or removed it): repair the group first
+    if cur then group_leave(k, head) else promote_next(k, g, s) end
+    head = redis.call('HGET', k.ghead, g)
+    cur = head and group_rec(k, head)
+  end
+  if cur then s = cur.s end
+  local mine = {key = string.format('%016.0f%016.0f', math.min(math.max(due, 0), 9999999999999999),
+                                    seq), g = g, pr = pr}
+  redis.call('HSET', k.groupof, id, mine.key .. string.format('%03d%02d', s, pr) .. g)
+  if not cur then
+    redis.call('HSET', k.ghead, g, id)
+    wait_in(k, s, id, due, pr)
+  elseif bytes_less(mine.key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
+      and (life_of(k, head).d or 0) == 0 then
+    unwait(k, head, s)
+    redis.call('ZADD', k.gq(s), 0, pending_member(cur, head))
+    redis.call('HSET', k.ghead, g, id)
+    wait_in(k, s, id, due, pr)
+  else
+    redis.call('ZADD', k.gq(s), 0, pending_member(mine, id))
+  end
+  return s
+end
+
+-- A grouped id (already out of its queue, ready and unack zsets) gets a new due time and
+-- priority (set_timeout, postpone): it keeps its push sequence and takes its place again.
+local function group_reschedule(k, id, rec, due, pr)
+  group_leave(k, id)
+  group_insert(k, id, rec.g, rec.s, due, pr, rec.seq)
+end
+
+-- ---------------------------------------------------------------------- where and ending
+
+-- The shard (1..n) that holds id, and where: 'unack', 'queue', 'ready' (strict priority: due),
+-- 'group' (waiting behind its group's current message) or nil.
+local function where(k, id)
+  local st = strict(k)
+  for s = 1, k.n do
+    if redis.call('ZSCORE', k.unack(s), id) then return s, 'unack' end
+    if redis.call('ZSCORE', k.queue(s), id) then return s, 'queue' end
+    if st and redis.call('ZSCORE', k.ready(s), id) then return s, 'ready' end
+  end
+  if has_groups(k) then
+    local rec = group_rec(k, id)
+    if rec and redis.call('ZSCORE', k.gq(rec.s), pending_member(rec, id)) then
+      return rec.s, 'group'
+    end
+  end
+  return nil, nil
+end
+
+-- Drop id from its zsets (shard s when known, else every shard), its group, the message hash
+-- and its lifecycle data.
 local function forget(k, id, s)
   local first, last = 1, k.n
   if s then first, last = s, s end
   for i = first, last do
-    redis.call('ZREM', k.queue(i), id)
+    unwait(k, id, i)
     redis.call('ZREM', k.unack(i), id)
   end
+  group_leave(k, id)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
   if has_expiry(k) then redis.call('ZREM', k.expiry, id) end
@@ -165,9 +402,10 @@ local function forget_everywhere(k, id)
 end
 
 -- The message leaves the queue for good, in state 'ACKED', 'EXPIRED' or 'DELETED', once it is
--- out of its zsets: its payload and lifecycle data go; with a retention it stays queryable
--- (state, payload, deliveries) until the sweep drops it.
-local function finish(k, p, id, state, now, shard)
+-- out of its zsets: its payload, group place and lifecycle data go (the next of its group
+-- becomes current; leased = true: it was leased, so it was its group's current one); with a
+-- retention it stays queryable (state, payload, deliveries) until the sweep drops it.
+local function finish(k, p, id, state, now, shard, leased)
   if p.ret > 0 then
     local json = redis.call('HGET', k.msg, id)
     if json then
@@ -178,6 +416,7 @@ local function finish(k, p, id, state, now, shard)
       redis.call('ZADD', k.endedat, now, id)
     end
   end
+  group_leave(k, id, leased)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
   if has_expiry(k) then redis.call('ZREM', k.expiry, id) end
@@ -188,14 +427,15 @@ local function end_message(k, p, id, state, now, shard)
   local first, last = 1, k.n
   if shard then first, last = shard, shard end
   for i = first, last do
-    redis.call('ZREM', k.queue(i), id)
+    unwait(k, id, i)
     redis.call('ZREM', k.unack(i), id)
   end
   finish(k, p, id, state, now, shard)
 end
 
 -- The message becomes a dead letter (reason 'max_deliveries', 'ttl' or 'undecodable'): out of
--- every zset and the message hash, into the dead zset (by time of death) and dead info.
+-- every zset, its group and the message hash, into the dead zset (by time of death) and dead
+-- info.
 local function dead_letter(k, id, reason, now, shard)
   local json = redis.call('HGET', k.msg, id)
   local rec = life_of(k, id)
@@ -208,9 +448,10 @@ local function dead_letter(k, id, reason, now, shard)
   return true
 end
 
--- Lease id (waiting in shard s, its JSON read) for lease_ms: count the delivery, set the
--- receipt. Returns the delivery count, or nil when its TTL had run out (it ends instead).
-local function lease(k, p, id, s, now, lease_ms)
+-- Lease id (waiting in shard s, in zset from when known, its JSON read) for lease_ms: count
+-- the delivery, set the receipt. Returns the delivery count, or nil when its TTL had run out
+-- (it ends instead).
+local function lease(k, p, id, s, now, lease_ms, from)
   if has_expiry(k) then
     local expires = redis.call('ZSCORE', k.expiry, id)
     if expires and tonumber(expires) <= now then
@@ -224,7 +465,7 @@ local function lease(k, p, id, s, now, lease_ms)
   rec.d = (rec.d or 0) + 1
   rec.c = now
   save_life(k, id, rec)
-  redis.call('ZREM', k.queue(s), id)
+  if from then redis.call('ZREM', from, id) else unwait(k, id, s) end
   redis.call('ZADD', k.unack(s), now + lease_ms, id)
   return rec.d
 end

@@ -22,7 +22,7 @@ for i = 2, #ARGV, 2 do
     local s = leased(k, id, receipt)
     if s then
       redis.call('ZREM', k.unack(s), id)
-      finish(k, p, id, 'ACKED', now, s)
+      finish(k, p, id, 'ACKED', now, s, true)
       acked = acked + 1
     end
   end
@@ -36,8 +36,8 @@ for s = 1, k.n do
   end
   if #found > 0 then
     redis.call('ZREM', k.unack(s), unpack(found))
-    if p.ret > 0 then
-      for _, id in ipairs(found) do finish(k, p, id, 'ACKED', now, s) end
+    if p.ret > 0 or has_groups(k) then  -- retention records, or the next of a group
+      for _, id in ipairs(found) do finish(k, p, id, 'ACKED', now, s, true) end
     else
       redis.call('HDEL', k.msg, unpack(found))
       redis.call('HDEL', k.life, unpack(found))

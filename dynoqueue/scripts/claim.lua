@@ -5,6 +5,9 @@
 -- Returns: {now, ms until the next waiting message is due (-1 if none),
 --           id1, json1, deliveries1, id2, json2, deliveries2, ...}; a receipt is deliveries:now.
 -- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check.
+-- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
+-- lowest ready scores are claimed (most urgent first). A grouped message is claimable only as
+-- its group's current message, so claiming it locks the group with no further step.
 -- An id whose payload is gone can never be delivered, so it is dropped from the queue zset; one
 -- whose TTL ran out ends (EXPIRED, or dead-lettered if it had been delivered) instead.
 -- The batch is read and written with one variadic command per key (HMGET, ZREM, ZADD, HSET), not
@@ -12,44 +15,58 @@
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local s = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
 local lease_until = now + tonumber(ARGV[4])
-local queue, unack = k.queue(s), k.unack(s)
+local p = policy_of(k)
+local from, ids
+if p.strict then
+  promote(k, s)
+  from = k.ready(s)
+  ids = redis.call('ZRANGE', from, 0, count - 1)
+else
+  from = k.queue(s)
+  ids = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'LIMIT', 0, count)
+end
 local out = {now, -1}
-local ids = redis.call('ZRANGEBYSCORE', queue, '-inf', due_bound(now), 'LIMIT', 0, tonumber(ARGV[3]))
 if #ids > 0 then
   local jsons = redis.call('HMGET', k.msg, unpack(ids))
   local lives = redis.call('HMGET', k.life, unpack(ids))
   local expiries = nil
   if has_expiry(k) then expiries = redis.call('ZMSCORE', k.expiry, unpack(ids)) end
-  local leases, records, ended = {}, {}, {}
+  local leases, records, ended, gone = {}, {}, {}, {}
   for i, id in ipairs(ids) do
-    if jsons[i] then
-      local rec = parse_life(lives[i])
-      if expiries and expiries[i] and tonumber(expiries[i]) <= now then
-        ended[#ended + 1] = {id, rec}
-      else
-        rec.d = (rec.d or 0) + 1
-        rec.c = now
-        leases[#leases + 1] = lease_until
-        leases[#leases + 1] = id
-        records[#records + 1] = id
-        records[#records + 1] = format_life(rec)
-        out[#out + 1] = id
-        out[#out + 1] = jsons[i]
-        out[#out + 1] = rec.d
-      end
+    local rec = parse_life(lives[i])
+    if not jsons[i] then
+      gone[#gone + 1] = id
+    elseif expiries and expiries[i] and tonumber(expiries[i]) <= now then
+      ended[#ended + 1] = {id, rec}
+    else
+      rec.d = (rec.d or 0) + 1
+      rec.c = now
+      leases[#leases + 1] = lease_until
+      leases[#leases + 1] = id
+      records[#records + 1] = id
+      records[#records + 1] = format_life(rec)
+      out[#out + 1] = id
+      out[#out + 1] = jsons[i]
+      out[#out + 1] = rec.d
     end
   end
-  redis.call('ZREM', queue, unpack(ids))  -- claimed, ended, or without payload: out of waiting
+  redis.call('ZREM', from, unpack(ids))  -- claimed, ended, or without payload: out of waiting
   if #leases > 0 then
-    redis.call('ZADD', unack, unpack(leases))
+    redis.call('ZADD', k.unack(s), unpack(leases))
     redis.call('HSET', k.life, unpack(records))
   end
+  for _, id in ipairs(gone) do forget(k, id, s) end
   for _, item in ipairs(ended) do  -- TTL ran out: never delivered ends, delivered dies
     if (item[2].d or 0) > 0 then dead_letter(k, item[1], 'ttl', now, s)
-    else end_message(k, policy_of(k), item[1], 'EXPIRED', now, s) end
+    else end_message(k, p, item[1], 'EXPIRED', now, s) end
   end
 end
-local next_due = earliest(queue)
-if next_due then out[2] = math.max(0, math.ceil(next_due - now)) end
+if p.strict and redis.call('EXISTS', k.ready(s)) == 1 then
+  out[2] = 0
+else
+  local next_due = earliest(k.queue(s))
+  if next_due then out[2] = math.max(0, math.ceil(next_due - now)) end
+end
 return out

@@ -1,5 +1,6 @@
 -- claim_id: lease one message by id if it is waiting and due (DynoQueue.pop_with_msg_id and
--- unsafe_pop_with_msg_id_all_shards). Shards are tried in the order given.
+-- unsafe_pop_with_msg_id_all_shards). Shards are tried in the order given. A grouped message
+-- waiting behind its group's current one is not deliverable, so it is not claimed.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] lease ms, [4..] shard indexes to search, in order
 -- Returns: {shard index, json, deliveries, now}, or false when not waiting, not yet due, unknown,
@@ -10,15 +11,20 @@ local id = ARGV[2]
 local p = policy_of(k)
 for i = 4, #ARGV do
   local s = tonumber(ARGV[i])
-  local score = redis.call('ZSCORE', k.queue(s), id)
+  local from = k.queue(s)
+  local score = redis.call('ZSCORE', from, id)
+  if score and tonumber(score) >= now + 1 then return false end
+  if not score and p.strict then
+    from = k.ready(s)
+    score = redis.call('ZSCORE', from, id)
+  end
   if score then
-    if tonumber(score) >= now + 1 then return false end
     local json = redis.call('HGET', k.msg, id)
     if not json then
-      redis.call('ZREM', k.queue(s), id)
+      forget(k, id, s)
       return false
     end
-    local deliveries = lease(k, p, id, s, now, tonumber(ARGV[3]))
+    local deliveries = lease(k, p, id, s, now, tonumber(ARGV[3]), from)
     if not deliveries then return false end
     return {s, json, deliveries, now}
   end

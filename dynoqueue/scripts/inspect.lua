@@ -2,10 +2,11 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id
 -- Returns: false if unknown (or its retention ended), else
---   {state, shard index or 0, json or '', score or '' (waiting: due + priority/100; leased:
---    lease expiry), life record JSON or '', expires at or '', ended/died at or '',
+--   {state, shard index or 0, json or '', score or '' (waiting: due + priority/100, or the due
+--    ms; leased: lease expiry), life record JSON or '', expires at or '', ended/died at or '',
 --    ended/dead record JSON or '', the stored policy's max deliveries}
--- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED.
+-- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED. A grouped message waiting
+-- behind its group's current one is DELAYED or READY by its own due time.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
@@ -19,14 +20,26 @@ if json then
   local state
   if place == 'unack' then
     score, state = redis.call('ZSCORE', k.unack(s), id), 'LEASED'
+  elseif place == 'ready' then
+    local due = split_ready_score(tonumber(redis.call('ZSCORE', k.ready(s), id)))
+    score, state = string.format('%.0f', due), 'READY'
   else
-    score = redis.call('ZSCORE', k.queue(s), id)
-    if tonumber(score) < now + 1 then state = 'READY' else state = 'DELAYED' end
+    local due
+    if place == 'group' then
+      due = group_rec(k, id).due
+      score = string.format('%.0f', due)
+    else
+      score = redis.call('ZSCORE', k.queue(s), id)
+      due = tonumber(score)
+    end
+    if due < now + 1 then state = 'READY' else state = 'DELAYED' end
   end
   return {state, s, json, score, life, expires, '', '', policy_of(k).max}
 end
 local dead = redis.call('HGET', k.deadinfo, id)
-if dead then return {'DEAD', 0, '', '', '', '', redis.call('ZSCORE', k.dead, id) or '', dead, policy_of(k).max} end
+if dead then
+  return {'DEAD', 0, '', '', '', '', redis.call('ZSCORE', k.dead, id) or '', dead, policy_of(k).max}
+end
 local ended = redis.call('HGET', k.ended, id)
 if ended then
   local ok, doc = pcall(cjson.decode, ended)

@@ -11,7 +11,6 @@ local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])
 local p = policy_of(k)
 local again, dead = 0, 0
-local first_before = {}
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   local s, rec = leased(k, id, ARGV[i + 1])
@@ -27,15 +26,8 @@ for i = 4, #ARGV, 2 do
       dead = dead + 1
     else
       save_life(k, id, rec)
-      local qkey = k.queue(s)
-      if first_before[s] == nil then first_before[s] = earliest(qkey) or false end
-      local score = now + delay + priority_of(json) / 100
       redis.call('ZREM', k.unack(s), id)
-      redis.call('ZADD', qkey, score, id)
-      if first_before[s] == false or score < first_before[s] then
-        ring(qkey)
-        first_before[s] = score
-      end
+      wait_in(k, s, id, now + delay, priority_of(json))
       again = again + 1
     end
   end

@@ -1,6 +1,7 @@
 -- postpone: make a message waiting again, due after a delay and with a new priority, in one
 -- step, whether it was waiting or leased (DynoQueue.postpone, Conductor's QueueDAO.postpone,
--- which was remove + push there). Its delivery count is kept; its lease, if any, ends.
+-- which was remove + push there). Its delivery count is kept; its lease, if any, ends. A
+-- grouped message takes its place in its group again by its new due time (group_reschedule).
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] delay ms (>= 0), [4] priority (0..99),
 --       [5] the JSON the caller read, [6] that JSON with the new priority and timeout
@@ -13,11 +14,11 @@ local s, place = where(k, id)
 local json = redis.call('HGET', k.msg, id)
 if not place or not json then return 0 end
 if json ~= ARGV[5] then return -1 end
-local qkey = k.queue(s)
-local first = earliest(qkey)
-local score = now + tonumber(ARGV[3]) + tonumber(ARGV[4]) / 100
+local due = now + tonumber(ARGV[3])
+local pr = tonumber(ARGV[4])
 redis.call('ZREM', k.unack(s), id)
-redis.call('ZADD', qkey, score, id)
+unwait(k, id, s)
 redis.call('HSET', k.msg, id, ARGV[6])
-if first == nil or score < first then ring(qkey) end
+local rec = has_groups(k) and group_rec(k, id)
+if rec then group_reschedule(k, id, rec, due, pr) else wait_in(k, s, id, due, pr) end
 return 1

@@ -1,14 +1,17 @@
 -- push: store messages and make them wait in their shard (DynoQueue.push and ensure).
--- KEYS: QueueKeys.lifecycle_keys() (message hash, lifecycle keys, n queue zsets, n unack zsets)
+-- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override in epoch ms or '' for server TIME,
 --       [2] mode: 'replace' (an existing id is replaced and moved, its lifecycle reset),
 --           'keep' (an id waiting, leased, retained as ended, or dead is left alone: first wins),
 --           'ensure' (an id waiting or leased is left alone: dyno-queues' ensure),
---       then per message 8 values: id, json, delay ms (>= 0), priority (0..99), shard index
+--       then per message 9 values: id, json, delay ms (>= 0), priority (0..99), shard index
 --       (1..n), due at epoch ms or '' (a past time means due now), own max deliveries or '',
---       own TTL ms or ''.
+--       own TTL ms or '', group or ''.
 -- Returns: {now, then 1 (pushed) or 0 (left alone) per message}.
--- A pushed id lives in exactly one shard and never both waits and is leased.
+-- A pushed id lives in exactly one shard and never both waits and is leased. A grouped one
+-- goes to its group's shard when the group has messages (the given shard otherwise) and waits
+-- behind the group's current message unless it becomes the current one (group_insert).
+-- With strict priority a message due at once goes straight to the ready zset.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local mode = ARGV[2]
@@ -16,13 +19,11 @@ local p = policy_of(k)
 -- Ended and dead records of a pushed id are dropped; most queues have none, so look once.
 local has_ended = redis.call('EXISTS', k.ended) == 1
 local has_dead = redis.call('EXISTS', k.dead) == 1
-local first_before = {}
-local rung = {}
 local out = {now}
-for i = 3, #ARGV, 8 do
+for i = 3, #ARGV, 9 do
   local id, json = ARGV[i], ARGV[i + 1]
   local s = tonumber(ARGV[i + 4])
-  local qkey = k.queue(s)
+  local group = ARGV[i + 8]
   local exists = redis.call('HEXISTS', k.msg, id) == 1
   local skip = false
   if mode == 'keep' then
@@ -34,7 +35,7 @@ for i = 3, #ARGV, 8 do
   if skip then
     out[#out + 1] = 0
   else
-    if exists then forget_everywhere(k, id) end
+    if exists then forget_everywhere(k, id) else group_leave(k, id) end
     if has_ended then
       redis.call('HDEL', k.ended, id)
       redis.call('ZREM', k.endedat, id)
@@ -45,10 +46,13 @@ for i = 3, #ARGV, 8 do
     end
     local due = now + tonumber(ARGV[i + 2])
     if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
-    local score = due + tonumber(ARGV[i + 3]) / 100
-    if first_before[s] == nil then first_before[s] = earliest(qkey) or false end
+    local pr = tonumber(ARGV[i + 3])
     redis.call('HSET', k.msg, id, json)
-    redis.call('ZADD', qkey, score, id)
+    if group ~= '' then
+      group_insert(k, id, group, s, due, pr, redis.call('INCR', k.gseq))
+    else
+      wait_in(k, s, id, due, pr)
+    end
     local own_max = tonumber(ARGV[i + 6])
     local ttl = tonumber(ARGV[i + 7]) or p.ttl
     if own_max or ttl > 0 then
@@ -58,9 +62,7 @@ for i = 3, #ARGV, 8 do
       redis.call('ZADD', k.expiry, due + ttl, id)
       HAS_EXPIRY = true
     end
-    if first_before[s] == false or score < first_before[s] then rung[s] = true end
     out[#out + 1] = 1
   end
 end
-for s, _ in pairs(rung) do ring(k.queue(s)) end
 return out

@@ -1,5 +1,6 @@
 -- redrive: dead letters back to waiting, their delivery count reset (DynoQueue.redrive, SQS's
--- redrive). Each returns to the shard it died in, due after the delay, with its priority.
+-- redrive). Each returns to the shard it died in (a grouped one to its group's shard, behind
+-- the group's current message), due after the delay, with its priority.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] delay ms (>= 0), [3] most to move when no ids are given,
 --       [4..] ids (none: the oldest dead letters)
@@ -23,17 +24,19 @@ for _, id in ipairs(ids) do
     local s = tonumber(info.sh) or 1
     if s < 1 or s > k.n then s = 1 end
     local due = now + delay
-    local score = due + priority_of(info.j) / 100
-    local first = earliest(k.queue(s))
+    local pr, group = fields_of(info.j)
     redis.call('HSET', k.msg, id, info.j)
-    redis.call('ZADD', k.queue(s), score, id)
+    if group then
+      group_insert(k, id, group, s, due, pr, redis.call('INCR', k.gseq))
+    else
+      wait_in(k, s, id, due, pr)
+    end
     local own_max = tonumber(info.m)
     local ttl = tonumber(info.t) or p.ttl
     if own_max or ttl > 0 then save_life(k, id, {e = now, m = own_max, t = info.t}) end
     if ttl > 0 then redis.call('ZADD', k.expiry, due + ttl, id) end
     redis.call('ZREM', k.dead, id)
     redis.call('HDEL', k.deadinfo, id)
-    if first == nil or score < first then ring(k.queue(s)) end
     moved = moved + 1
   end
 end

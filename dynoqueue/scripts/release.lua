@@ -8,7 +8,6 @@
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local released = 0
-local rung = {}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local s, rec = leased(k, id, ARGV[i + 1])
@@ -18,10 +17,8 @@ for i = 2, #ARGV, 2 do
     rec.d = math.max(0, (rec.d or 1) - 1)
     if rec.d == 0 then rec.d = nil; rec.c = nil end
     save_life(k, id, rec)
-    redis.call('ZADD', k.queue(s), now + priority_of(json) / 100, id)
-    rung[s] = true
+    wait_in(k, s, id, now, priority_of(json))
     released = released + 1
   end
 end
-for s, _ in pairs(rung) do ring(k.queue(s)) end
 return released

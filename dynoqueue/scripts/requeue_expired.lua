@@ -5,12 +5,12 @@
 -- Returns: {requeued, stale (leased ids without payload, dropped), 1 if more expired leases
 -- remain, dead-lettered}
 -- A requeued message is due at its lease expiry (already past, so at once, oldest lease first)
--- plus its priority fraction.
+-- plus its priority fraction; a grouped one stays its group's current message.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local s = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local unack, queue = k.unack(s), k.queue(s)
+local unack = k.unack(s)
 local expired = redis.call('ZRANGEBYSCORE', unack, '-inf', string.format('%.0f', now), 'WITHSCORES', 'LIMIT', 0, limit)
 local p = nil
 local requeued, stale, dead = 0, 0, 0
@@ -20,6 +20,7 @@ for i = 1, #expired, 2 do
   redis.call('ZREM', unack, id)
   if not json then
     redis.call('HDEL', k.life, id)
+    group_leave(k, id)
     stale = stale + 1
   else
     p = p or policy_of(k)
@@ -29,12 +30,11 @@ for i = 1, #expired, 2 do
       dead_letter(k, id, 'max_deliveries', now, s)
       dead = dead + 1
     else
-      redis.call('ZADD', queue, math.floor(tonumber(expired[i + 1])) + priority_of(json) / 100, id)
+      wait_in(k, s, id, math.floor(tonumber(expired[i + 1])), priority_of(json))
       requeued = requeued + 1
     end
   end
 end
-if requeued > 0 then ring(queue) end
 local more = 0
 if #expired == 2 * limit then more = 1 end
 return {requeued, stale, more, dead}

@@ -1,7 +1,8 @@
 -- sweep: the lifecycle upkeep the unack reprocessor runs for each queue, bounded per call:
 -- messages whose TTL ran out end (EXPIRED if never delivered, else dead-lettered "ttl"), retained
--- ended messages and dead letters past their retention are dropped, and lifecycle records whose
--- message is gone (acked or removed by a Java v1 client) are swept.
+-- ended messages and dead letters past their retention are dropped, and lifecycle records and
+-- group places whose message is gone (acked or removed by a Java v1 client) are swept; a group
+-- whose current message a Java client acked or removed gets its next one.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] most ids to handle per kind (1..1000)
 -- Returns: {expired, dead-lettered by TTL, ended dropped, dead letters dropped, orphans swept,
@@ -40,15 +41,23 @@ end
 ended_dropped = drop(k.endedat, k.ended, now - p.ret)
 dead_dropped = drop(k.dead, k.deadinfo, now - p.dret)
 
-local cursor = redis.call('GET', k.sweep) or '0'
-local page = redis.call('HSCAN', k.life, cursor, 'COUNT', limit)
-for i = 1, #page[2], 2 do
-  local id = page[2][i]
-  if redis.call('HEXISTS', k.msg, id) == 0 then
-    redis.call('HDEL', k.life, id)
-    redis.call('ZREM', k.expiry, id)
-    orphans = orphans + 1
+-- One page per call of each scan; the cursors carry on at the next call.
+local function scan(hash, cursor_key, orphaned)
+  local page = redis.call('HSCAN', hash, redis.call('GET', cursor_key) or '0', 'COUNT', limit)
+  for i = 1, #page[2], 2 do
+    local id = page[2][i]
+    if redis.call('HEXISTS', k.msg, id) == 0 then
+      orphaned(id)
+      orphans = orphans + 1
+    end
   end
+  if page[1] == '0' then redis.call('DEL', cursor_key) else redis.call('SET', cursor_key, page[1]) end
 end
-if page[1] == '0' then redis.call('DEL', k.sweep) else redis.call('SET', k.sweep, page[1]) end
+scan(k.life, k.sweep, function(id)
+  redis.call('HDEL', k.life, id)
+  redis.call('ZREM', k.expiry, id)
+end)
+if has_groups(k) then
+  scan(k.groupof, k.gsweep, function(id) group_leave(k, id) end)
+end
 return {expired, dead_ttl, ended_dropped, dead_dropped, orphans, more}

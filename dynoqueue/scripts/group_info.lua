@@ -1,0 +1,32 @@
+-- group_info: where an ordered group stands (DynoQueue.group_info). Read-only.
+-- KEYS: QueueKeys.lifecycle_keys()
+-- ARGV: [1] now override or '', [2] group, [3] the shard index a new group would go to
+-- Returns: {waiting count, leased id or '', due ms of the message delivered next or '',
+--           shard index}. "Next": the current message when it waits; when it is leased, the
+-- first one waiting behind it (deliverable once the leased one is acked, dead-lettered or
+-- removed).
+local k = lifecycle_keys()
+now_ms(ARGV[1])
+local g = ARGV[2]
+local head = redis.call('HGET', k.ghead, g)
+local rec = head and group_rec(k, head)
+if not rec then return {0, '', '', tonumber(ARGV[3])} end
+local s = rec.s
+local prefix = group_prefix(g)
+local waiting = redis.call('ZLEXCOUNT', k.gq(s), '[' .. prefix, '(' .. prefix .. ':')
+if redis.call('ZSCORE', k.unack(s), head) then
+  local member = first_pending(k, prefix, s)
+  local due = ''
+  if member then due = string.sub(member, #prefix + 1, #prefix + 16) end
+  return {waiting, head, due, s}
+end
+local due = ''
+local score = redis.call('ZSCORE', k.queue(s), head)
+if score then
+  due = string.format('%.0f', math.floor(tonumber(score)))
+else
+  score = redis.call('ZSCORE', k.ready(s), head)
+  if score then due = string.format('%.0f', (split_ready_score(tonumber(score)))) end
+end
+if score then waiting = waiting + 1 end
+return {waiting, '', due, s}
