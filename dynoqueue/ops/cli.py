@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cli_args import int_at_least, positive_float
-from . import commands
+from . import commands, serve
 from .session import add_connection_options, run_guarded
 
 
@@ -84,3 +84,5 @@ def add_parsers(subparsers: Any) -> None:
                      help="seconds between refreshes (default 2)")
     top.add_argument("--iterations", type=int_at_least(0), default=0, metavar="N",
                      help="stop after N refreshes (default 0: until Ctrl-C)")
+
+    serve.add_parser(subparsers)
