@@ -49,7 +49,10 @@ class _Auth:
         self.token = token
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.token is not None and scope["type"] == "http":
+        # The dashboard page holds no data (its script sends the token to /api): a browser
+        # can open it without a header.
+        if self.token is not None and scope["type"] == "http" and not (
+                scope["path"] == "/" and scope["method"] == "GET"):
             request = Request(scope)
             scheme, _, given = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
