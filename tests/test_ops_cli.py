@@ -190,3 +190,27 @@ def test_subprocess_default_url_and_traceback_free_errors(redis_server: RedisSer
                           timeout=60, check=False)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and "localhost:6379" in done.stderr
+
+
+def test_ops_cli_works_with_the_core_install_alone(redis_server: RedisServer,
+                                                   prefix: str) -> None:
+    """Without prometheus-client, rich or the server's packages: plain tables, and serve says
+    which extra to install."""
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix) as queues:
+        queues.get("core").push([Message("a", "x")])
+    blocked = ("prometheus_client", "rich", "starlette", "uvicorn", "httpx")
+    script = ("import sys\n"
+              f"for name in {blocked!r}: sys.modules[name] = None\n"
+              "from dynoqueue.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, "stats", "--url", redis_server.url,
+                           "--prefix", prefix], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == list(STATS_FIELDS) and lines[2].split()[:3] == ["core", "a", "1"]
+    done = subprocess.run([sys.executable, "-c", script, "serve", "--url", redis_server.url],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "install the server extra: pip install 'dynoqueue[server]'" in done.stderr

@@ -23,14 +23,16 @@ Quick start (sync)::
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client import start_http_server as _start_http_server
-
-from .collector import QueueStatsCollector, SnapshotCollector, families
-from .counters import QueueMetrics, WorkerMetrics
 from .stats import QueueStats, ReadCost, ShardStats, read_stats, read_stats_async
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from .collector import QueueStatsCollector, SnapshotCollector, families
+    from .counters import QueueMetrics, WorkerMetrics
 
 __all__ = [
     "QueueMetrics",
@@ -46,9 +48,21 @@ __all__ = [
     "start_http_server",
 ]
 
+#: What needs prometheus-client, imported on first use: the stats reads (and so the ops CLI)
+#: work with the core install alone.
+_LAZY = {"QueueStatsCollector": "collector", "SnapshotCollector": "collector",
+         "families": "collector", "QueueMetrics": "counters", "WorkerMetrics": "counters"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 def start_http_server(port: int, queues: Any, *, addr: str = "127.0.0.1",
-                      registry: CollectorRegistry = REGISTRY) -> QueueMetrics:
+                      registry: CollectorRegistry | None = None) -> QueueMetrics:
     """Count ``queues``' operations and serve every metric over HTTP from a daemon thread.
 
     Registers a :class:`QueueMetrics` observing ``queues`` and a :class:`QueueStatsCollector`
@@ -68,7 +82,14 @@ def start_http_server(port: int, queues: Any, *, addr: str = "127.0.0.1",
         ValueError: (prometheus_client's) these metrics are already in ``registry``.
         OSError: the address cannot be bound.
     """
+    from prometheus_client import REGISTRY
+    from prometheus_client import start_http_server as serve
+
+    from .collector import QueueStatsCollector
+    from .counters import QueueMetrics
+
+    registry = REGISTRY if registry is None else registry
     metrics = QueueMetrics(registry).observe(queues)
     registry.register(QueueStatsCollector(queues))
-    _start_http_server(port, addr=addr, registry=registry)
+    serve(port, addr=addr, registry=registry)
     return metrics
