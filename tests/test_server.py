@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dynoqueue import Message, MessageState, RedisQueues
 from dynoqueue.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,10 +34,11 @@ def free_port() -> int:
 class Served:
     """One ``dynoqueue serve`` process and an httpx client to it."""
 
-    def __init__(self, redis_url: str, *options: str, token: str | None = None) -> None:
+    def __init__(self, redis_url: str, *options: str, token: str | None = None,
+                 prefix: str | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.prefix = f"s{uuid.uuid4().hex[:10]}"
+        self.prefix = prefix or f"s{uuid.uuid4().hex[:10]}"
         argv = [sys.executable, "-m", "dynoqueue", "serve", "--url", redis_url, "--port",
                 str(self.port), "--prefix", self.prefix, *options]
         if token:
@@ -324,6 +326,24 @@ def test_metrics_healthz_and_openapi(server: Served) -> None:
     assert health["status"] == "ok" and set(health["redis_ms"]) >= {"quorum", "non_quorum"}
     paths = server.http.get("/openapi.json").json()["paths"]
     assert f"{CAMELLIA}/longPollingMsg" in paths and "/youzan/delayQueue" in paths
+
+
+def test_expired_leases_of_queues_in_redis_come_back_without_a_request(
+        redis_server: RedisServer) -> None:
+    prefix = f"s{uuid.uuid4().hex[:10]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get("abandoned")
+        q.push([Message("m", "x")])
+        assert q.pop(1, lease_ms=1)
+        served = Served(redis_server.url, "--unack-interval-ms", "100", prefix=prefix)
+        try:
+            deadline = time.monotonic() + 10
+            while q.state("m") is not MessageState.READY:  # no request names the topic
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            served.close()
 
 
 def test_token_and_bind_rules(redis_server: RedisServer) -> None:

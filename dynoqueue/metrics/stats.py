@@ -182,6 +182,37 @@ def _read(queues: Any, names: Sequence[str] | None, cost: ReadCost
     return decode(queues, names, now_ms, replies)
 
 
+def _drive(op: Generator[Call, Any, Any]) -> Any:
+    try:
+        call = next(op)
+        while True:
+            result, error = outcome(call)
+            call = op.throw(error) if error is not None else op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _drive_async(op: Generator[Call, Any, Any]) -> Any:
+    try:
+        call = next(op)
+        while True:
+            result, error = await outcome_async(call)
+            call = op.throw(error) if error is not None else op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def list_queues_async(queues: Any) -> list[str]:
+    """Every queue under the prefix of an asyncio factory (a SCAN; see
+    :func:`dynoqueue.conductor.listing.queue_names`), sorted.
+
+    Raises:
+        AccessDeniedError, RedisOperationError: as :func:`read_stats`.
+    """
+    names: list[str] = await _drive_async(queue_names(queues, "list_queues"))
+    return names
+
+
 def read_stats(queues: Any, names: Sequence[str] | None = None,
                cost: ReadCost | None = None) -> list[QueueStats]:
     """Read the stats of queues of a sync :class:`dynoqueue.RedisQueues`, now.
@@ -200,16 +231,9 @@ def read_stats(queues: Any, names: Sequence[str] | None = None,
     """
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
-    op = _read(queues, names, cost)
-    try:
-        call = next(op)
-        while True:
-            result, error = outcome(call)
-            call = op.throw(error) if error is not None else op.send(result)
-    except StopIteration as stop:
-        cost.seconds = time.perf_counter() - started
-        stats: list[QueueStats] = stop.value
-        return stats
+    stats: list[QueueStats] = _drive(_read(queues, names, cost))
+    cost.seconds = time.perf_counter() - started
+    return stats
 
 
 async def read_stats_async(queues: Any, names: Sequence[str] | None = None,
@@ -217,13 +241,6 @@ async def read_stats_async(queues: Any, names: Sequence[str] | None = None,
     """:func:`read_stats` for a :class:`dynoqueue.asyncio.RedisQueues` (same arguments)."""
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
-    op = _read(queues, names, cost)
-    try:
-        call = next(op)
-        while True:
-            result, error = await outcome_async(call)
-            call = op.throw(error) if error is not None else op.send(result)
-    except StopIteration as stop:
-        cost.seconds = time.perf_counter() - started
-        stats: list[QueueStats] = stop.value
-        return stats
+    stats: list[QueueStats] = await _drive_async(_read(queues, names, cost))
+    cost.seconds = time.perf_counter() - started
+    return stats

@@ -15,7 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from ..asyncio import RedisQueues
 from ..asyncio.queue import DynoQueue
+from ..errors import DynoQueueError
 from ..metrics import QueueMetrics
+from ..metrics.stats import list_queues_async
 from ..model.keys import QueueKeys, check_name
 from ..model.states import QueuePolicy
 from .longpoll import LongPolls
@@ -87,6 +89,13 @@ class ServerState:
         await queues.__aenter__()
         queues.set_events(self._observe)
         self.queues = queues
+        # Every queue already in Redis is served from the start, so its expired leases and
+        # TTLs are handled even before a request names it (Camellia schedules every topic).
+        for name in await list_queues_async(queues):
+            try:
+                await self.topic(name)
+            except DynoQueueError as exc:  # a name this layout cannot serve
+                log.warning("not serving queue %r: %s", name, exc)
 
     async def close(self) -> None:
         await self.polls.close()
