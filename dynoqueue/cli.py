@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spark_demo(commands)
     _add_bench(commands)
     _add_worker(commands)
+    _add_ops(commands)
     return parser
 
 
@@ -80,6 +81,12 @@ def _add_worker(commands: Any) -> None:
     from .worker.cli import add_parser
 
     add_parser(commands)
+
+
+def _add_ops(commands: Any) -> None:
+    from .ops.cli import add_parsers
+
+    add_parsers(commands)
 
 
 def _add_bench(commands: Any) -> None:

@@ -19,7 +19,7 @@ from ..model.keys import check_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
-from .queue import QueueCore, guarded
+from .queue import QueueCore, guarded, no_events
 from .requests import QUORUM, READ, Command, Op
 
 log = logging.getLogger("dynoqueue.queues")
@@ -104,6 +104,7 @@ class QueuesBase(Generic[Q]):
         self._queues: dict[str, Q] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._events: Callable[[str, str, int], None] = no_events
 
     def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
@@ -134,6 +135,7 @@ class QueuesBase(Generic[Q]):
                 core = QueueCore(queue_name, self.settings,
                                  quorum_cluster=self.settings.cluster,
                                  replica_reads=self._replica_reads, policy=policy)
+                core.events = self._events
                 queue = self.queue_class(core, self._driver)
                 self._queues[queue_name] = queue
             return queue
@@ -142,6 +144,19 @@ class QueuesBase(Generic[Q]):
         """Every queue this factory has created so far. Mirrors ``queues``."""
         with self._lock:
             return list(self._queues.values())
+
+    def set_events(self, events: Callable[[str, str, int], None]) -> None:
+        """Have ``events(queue, kind, count)`` called after every successful operation of this
+        factory's queues, those made so far and later (how :mod:`dynoqueue.metrics` counts).
+
+        Args:
+            events: a quick, thread-safe callable (no I/O); kind is pushed, delivered, acked,
+                nacked, redelivered, dead_lettered or expired, count >= 0 messages.
+        """
+        with self._lock:
+            self._events = events
+            for queue in self._queues.values():
+                queue._core.events = events
 
     def own_connections(self, clients: Sequence[Any]) -> None:
         """Take ownership of ``clients``: closing the factory closes them (used by builders)."""

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from redis.exceptions import (
@@ -169,6 +169,10 @@ class QueueCore:
         self.closed = False
         #: The factory closed its connections: every call is refused.
         self.detached = False
+        #: Told ``events(queue, kind, count)`` after an operation succeeds, with kind one of
+        #: pushed, delivered, acked, nacked, redelivered, dead_lettered, expired (no I/O: see
+        #: dynoqueue.metrics; set through the factory's ``set_events``).
+        self.events: Callable[[str, str, int], None] = no_events
 
     def __repr__(self) -> str:
         return f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r})"
@@ -211,7 +215,9 @@ class QueueCore:
             now = first[0][0]
             replies = first + (yield from self._write(
                 operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        return [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        self.events(self.name, "pushed", sum(flags))
+        return flags
 
     # ----------------------------------------------------------------------------- consuming
 
@@ -289,6 +295,7 @@ class QueueCore:
                         claim.take(cancelled.late_reply, shard, claim.lease_ms)
                     raise
                 got, undecodable = claim.take(result, shard, claim.lease_ms)
+                self.events(self.name, "delivered", got)
                 if undecodable:
                     pairs = [part for mid in undecodable for part in (mid, "")]
                     yield from self._script(QUORUM, "bury", self._life_keys,
@@ -296,6 +303,7 @@ class QueueCore:
                                             idempotent=True)
                     log.warning("queue %s shard %s: dead-lettered %d undecodable messages",
                                 self.name, shard, len(undecodable))
+                    self.events(self.name, "dead_lettered", len(undecodable))
                 due_in = int(result[1])
                 if due_in >= 0:
                     next_due = due_in if next_due is None else min(next_due, due_in)
@@ -361,7 +369,9 @@ class QueueCore:
         step = SCRIPT_BATCH * 2
         calls = [(self._life_keys, [self._now_arg(), *pairs[i:i + step]])
                  for i in range(0, len(pairs), step)]
-        return sum(int(n) for n in (yield from self._write("ack", "ack", calls)))
+        acked = sum(int(n) for n in (yield from self._write("ack", "ack", calls)))
+        self.events(self.name, "acked", acked)
+        return acked
 
     def ack(self, id: str, receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
@@ -369,6 +379,7 @@ class QueueCore:
         self._check_attached()
         (acked,) = yield from self._write("ack", "ack",
                                           [(self._life_keys, [self._now_arg(), id, receipt])])
+        self.events(self.name, "acked", int(acked))
         return int(acked) == 1
 
     def nack(self, id: str, delay_ms: int = 0, error: str | None = None,
@@ -394,7 +405,10 @@ class QueueCore:
         step = SCRIPT_BATCH * 2
         replies = yield from self._write(operation, "nack", [
             (self._life_keys, [*head, *pairs[i:i + step]]) for i in range(0, len(pairs), step)])
-        return sum(int(again) + int(dead) for again, dead in replies)
+        again, dead = (sum(int(reply[i]) for reply in replies) for i in (0, 1))
+        self.events(self.name, "nacked", again)
+        self.events(self.name, "dead_lettered", dead)
+        return again + dead
 
     def set_lease(self, operation: str, id: str, timeout_ms: int, *,
                   only_if_shorter: bool, receipt: str | None = None) -> Op[bool]:
@@ -429,6 +443,7 @@ class QueueCore:
         self._check_attached()
         (buried,) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
             self._now_arg(), reason[:200], (error or "")[:_MAX_ERROR_CHARS], *pairs])])
+        self.events(self.name, "dead_lettered", int(buried))
         return int(buried) == 1
 
     def postpone(self, id: str, delay_ms: int, priority: int | None) -> Op[bool]:
@@ -682,6 +697,8 @@ class QueueCore:
             (swept,) = yield from self._write(
                 "process_unacks", "sweep", [(self._life_keys, [self._now_arg(), SCRIPT_BATCH])],
                 replicate=False)
+            self.events(self.name, "expired", int(swept[0]))
+            self.events(self.name, "dead_lettered", int(swept[1]))
             if any(int(n) for n in swept[:5]):
                 log.info("queue %s: %d expired, %d dead-lettered by TTL, %d ended and %d dead "
                          "letters past retention dropped, %d orphaned records swept",
@@ -691,6 +708,8 @@ class QueueCore:
         if stale:
             log.warning("queue %s shard %s: dropped %d leased ids without payload",
                         self.name, self.local_shard, stale)
+        self.events(self.name, "redelivered", requeued)
+        self.events(self.name, "dead_lettered", dead)
         if requeued or dead:
             log.info("queue %s shard %s: %d expired leases put back, %d dead-lettered",
                      self.name, self.local_shard, requeued, dead)
@@ -758,6 +777,7 @@ class QueueCore:
         message = Message.from_json(raw, shard=self.shards[int(index) - 1])
         message.deliveries = int(deliveries)
         message.receipt = f"{int(deliveries)}:{int(now)}"
+        self.events(self.name, "delivered", 1)
         return message
 
     def _check_policy(self) -> Op[None]:
@@ -956,6 +976,10 @@ def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]
         else:
             pairs += [validate.message_id(item), ""]
     return pairs
+
+
+def no_events(queue: str, kind: str, count: int) -> None:
+    """The default of :attr:`QueueCore.events`: nothing is observed."""
 
 
 def _opt(value: int | None) -> int | str:

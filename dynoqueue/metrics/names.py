@@ -1,0 +1,54 @@
+"""The standard metric names and Camellia's waiting-time buckets (one place, documented in
+``docs/operations.md``)."""
+
+from __future__ import annotations
+
+#: In-process counters, fed by the core's events (no Redis traffic); label ``queue``.
+#: Exposed with the ``_total`` suffix, e.g. ``dynoqueue_messages_pushed_total``.
+COUNTERS: dict[str, str] = {
+    "pushed": "dynoqueue_messages_pushed",
+    "delivered": "dynoqueue_messages_delivered",
+    "acked": "dynoqueue_messages_acked",
+    "nacked": "dynoqueue_messages_nacked",
+    "redelivered": "dynoqueue_messages_redelivered",
+    "dead_lettered": "dynoqueue_messages_dead_lettered",
+    "expired": "dynoqueue_messages_expired",
+}
+LATENESS = "dynoqueue_delivery_lateness_seconds"
+HANDLER_DURATION = "dynoqueue_handler_duration_seconds"
+HANDLER_OUTCOMES = "dynoqueue_handler_outcomes"
+
+#: Gauges read from Redis at scrape time; labels ``queue`` and ``shard`` (dead: ``queue``).
+WAITING = "dynoqueue_waiting_messages"
+READY = "dynoqueue_ready_messages"
+DELAYED = "dynoqueue_delayed_messages"
+LEASED = "dynoqueue_leased_messages"
+DEAD = "dynoqueue_dead_letters"
+OLDEST_READY_AGE = "dynoqueue_oldest_ready_age_ms"
+#: Delayed messages by how long until they fall due; labels ``queue``, ``shard``, ``range``.
+WAITING_TIME = "dynoqueue_delayed_messages_by_due_in"
+SCRAPE_ROUND_TRIPS = "dynoqueue_scrape_round_trips"
+SCRAPE_DURATION = "dynoqueue_scrape_duration_seconds"
+
+_MINUTE = 60_000
+_HOUR = 60 * _MINUTE
+_DAY = 24 * _HOUR
+
+#: Camellia's waitingQueueInfo buckets: (its field name, from ms, to ms (None: no end)), the
+#: time until a delayed message falls due.
+WAITING_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("sizeOf0To1min", 0, _MINUTE),
+    ("sizeOf1minTo10min", _MINUTE, 10 * _MINUTE),
+    ("sizeOf10minTo30min", 10 * _MINUTE, 30 * _MINUTE),
+    ("sizeOf30minTo1hour", 30 * _MINUTE, _HOUR),
+    ("sizeOf1hourTo6hour", _HOUR, 6 * _HOUR),
+    ("sizeOf6hourTo1day", 6 * _HOUR, _DAY),
+    ("sizeOf1dayTo7day", _DAY, 7 * _DAY),
+    ("sizeOf7dayTo30day", 7 * _DAY, 30 * _DAY),
+    ("sizeOf30dayToInfinite", 30 * _DAY, None),
+)
+
+
+def bucket_label(field: str) -> str:
+    """The ``range`` label of a bucket: Camellia's field name without ``sizeOf`` ("0To1min")."""
+    return field.removeprefix("sizeOf")

@@ -1,0 +1,246 @@
+"""What a queue holds right now, per shard, read from Redis in a bounded number of round trips.
+
+One read of any number of queues costs: the SCAN pages that list the queues (only when no names
+are given; :func:`dynoqueue.conductor.listing.queue_names`), one ``TIME``, and one pipeline of
+read-only commands (13 per queue and shard, 1 more per queue). On Redis Cluster redis-py sends
+that pipeline to each primary once. Nothing is written and no script runs.
+
+The plan (:func:`plan`) and the decoding (:func:`decode`) are I/O-free; :func:`read_stats` runs
+them on a sync factory, :func:`read_stats_async` on an asyncio one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+)
+
+from ..conductor.calls import Call, outcome, outcome_async
+from ..conductor.listing import queue_names
+from ..errors import AccessDeniedError, RedisOperationError
+from ..model.keys import QueueKeys
+from .names import WAITING_BUCKETS
+
+#: Commands per queue and shard in the pipeline (ZCARD, ZCOUNT ready, oldest, ZCARD unack,
+#: one ZCOUNT per waiting-time bucket).
+COMMANDS_PER_SHARD = 4 + len(WAITING_BUCKETS)
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    """One shard of one queue at one instant.
+
+    Attributes:
+        queue, shard: the names.
+        waiting: messages waiting (``P.QUEUE.Q.S``): ready + delayed.
+        ready: waiting and due (the next pop may take them).
+        delayed: waiting, not due yet.
+        leased: popped, not acked yet (``P.UNACK.Q.S``).
+        oldest_ready_age_ms: how long the earliest due message has been due, ms (0: none).
+        waiting_buckets: delayed messages by time until due, keyed by Camellia's field names
+            (``sizeOf0To1min`` ... ``sizeOf30dayToInfinite``).
+    """
+
+    queue: str
+    shard: str
+    waiting: int
+    ready: int
+    delayed: int
+    leased: int
+    oldest_ready_age_ms: int
+    waiting_buckets: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue: its shards and its dead letters (kept per queue, not per shard)."""
+
+    queue: str
+    dead: int
+    shards: list[ShardStats]
+
+    def total(self, name: str) -> int:
+        """The sum over shards of ``name`` (waiting, ready, delayed or leased)."""
+        return sum(int(getattr(s, name)) for s in self.shards)
+
+    @property
+    def oldest_ready_age_ms(self) -> int:
+        """The oldest ready message's age over every shard, ms (0: none is ready)."""
+        return max((s.oldest_ready_age_ms for s in self.shards), default=0)
+
+    def buckets(self) -> dict[str, int]:
+        """The waiting-time buckets summed over shards (Camellia's ``waitingQueueInfo``)."""
+        out = {name: 0 for name, _, _ in WAITING_BUCKETS}
+        for shard in self.shards:
+            for name, count in shard.waiting_buckets.items():
+                out[name] += count
+        return out
+
+
+@dataclass
+class ReadCost:
+    """What one read cost Redis: network round trips and commands sent."""
+
+    round_trips: int = 0
+    commands: int = 0
+    seconds: float = 0.0
+
+
+def _keys(queues: Any, name: str) -> QueueKeys:
+    return QueueKeys(queues.key_prefix, name, tuple(queues.shards), bool(queues.settings.hash_tag))
+
+
+def plan(queues: Any, names: Sequence[str], now_ms: int) -> list[tuple[Any, ...]]:
+    """The read-only commands that measure ``names`` at ``now_ms`` (the Redis server's clock).
+
+    Returns:
+        The commands, in the order :func:`decode` expects their replies.
+    """
+    commands: list[tuple[Any, ...]] = []
+    due_bound = f"({now_ms + 1}"  # due while score < now + 1 (the claim's own test)
+    for name in names:
+        keys = _keys(queues, name)
+        commands.append(("ZCARD", keys.dead))
+        for shard in queues.shards:
+            qkey = keys.queue_shard(shard)
+            commands += [("ZCARD", qkey), ("ZCOUNT", qkey, "-inf", due_bound),
+                         ("ZRANGE", qkey, 0, 0, "WITHSCORES"), ("ZCARD", keys.unack_shard(shard))]
+            for _, low, high in WAITING_BUCKETS:
+                start = now_ms + 1 + low
+                stop = "+inf" if high is None else f"({now_ms + 1 + high}"
+                commands.append(("ZCOUNT", qkey, start, stop))
+    return commands
+
+
+def decode(queues: Any, names: Sequence[str], now_ms: int, replies: Sequence[Any]
+           ) -> list[QueueStats]:
+    """The stats of ``names`` from the replies to :func:`plan`'s commands."""
+    out: list[QueueStats] = []
+    at = 0
+    for name in names:
+        dead = int(replies[at])
+        at += 1
+        shards: list[ShardStats] = []
+        for shard in queues.shards:
+            waiting, ready, oldest, leased = replies[at:at + 4]
+            counts = replies[at + 4:at + COMMANDS_PER_SHARD]
+            at += COMMANDS_PER_SHARD
+            age = 0
+            if int(ready) and oldest:
+                score = oldest[0][1] if isinstance(oldest[0], (tuple, list)) else oldest[1]
+                age = max(0, now_ms - int(float(score)))
+            shards.append(ShardStats(
+                queue=name, shard=shard, waiting=int(waiting), ready=int(ready),
+                delayed=int(waiting) - int(ready), leased=int(leased), oldest_ready_age_ms=age,
+                waiting_buckets={b[0]: int(n) for b, n in zip(WAITING_BUCKETS, counts,
+                                                                strict=True)}))
+        out.append(QueueStats(queue=name, dead=dead, shards=shards))
+    return out
+
+
+def _read(queues: Any, names: Sequence[str] | None, cost: ReadCost
+          ) -> Generator[Call, Any, list[QueueStats]]:
+    """The read as calls of the factory's read client (see the module docstring)."""
+    if names is None:
+        listing = queue_names(queues, "stats")
+        try:
+            call = next(listing)
+            while True:
+                cost.round_trips += 1
+                cost.commands += 1
+                call = listing.send((yield call))
+        except StopIteration as stop:
+            names = list(stop.value)
+    else:
+        names = list(names)
+    if not names:
+        return []
+    client = queues.non_quorum_conn
+    try:
+        seconds, micros = yield Call(client.execute_command, "TIME")
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        commands = plan(queues, names, now_ms)
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = yield Call(pipe.execute)
+    except (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError) as exc:
+        raise AccessDeniedError("stats", "TIME", str(exc)) from exc
+    except (RedisError, RedisClusterException) as exc:
+        raise RedisOperationError("stats", names[0], str(exc)) from exc
+    cost.round_trips += 2
+    cost.commands += 1 + len(commands)
+    return decode(queues, names, now_ms, replies)
+
+
+def _drive(op: Generator[Call, Any, Any]) -> Any:
+    try:
+        call = next(op)
+        while True:
+            result, error = outcome(call)
+            call = op.throw(error) if error is not None else op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _drive_async(op: Generator[Call, Any, Any]) -> Any:
+    try:
+        call = next(op)
+        while True:
+            result, error = await outcome_async(call)
+            call = op.throw(error) if error is not None else op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def list_queues_async(queues: Any) -> list[str]:
+    """Every queue under the prefix of an asyncio factory (a SCAN; see
+    :func:`dynoqueue.conductor.listing.queue_names`), sorted.
+
+    Raises:
+        AccessDeniedError, RedisOperationError: as :func:`read_stats`.
+    """
+    names: list[str] = await _drive_async(queue_names(queues, "list_queues"))
+    return names
+
+
+def read_stats(queues: Any, names: Sequence[str] | None = None,
+               cost: ReadCost | None = None) -> list[QueueStats]:
+    """Read the stats of queues of a sync :class:`dynoqueue.RedisQueues`, now.
+
+    Args:
+        queues: the factory (its key prefix, shards and read client are used).
+        names: the queues to read; None: every queue found in Redis (a SCAN).
+        cost: filled with the round trips and commands this read cost, if given.
+
+    Returns:
+        One :class:`QueueStats` per queue, in the order of ``names`` (sorted when listed).
+
+    Raises:
+        AccessDeniedError: wrong password, unknown user or a missing ACL permission.
+        RedisOperationError: Redis failed or cannot be reached.
+    """
+    cost = cost if cost is not None else ReadCost()
+    started = time.perf_counter()
+    stats: list[QueueStats] = _drive(_read(queues, names, cost))
+    cost.seconds = time.perf_counter() - started
+    return stats
+
+
+async def read_stats_async(queues: Any, names: Sequence[str] | None = None,
+                           cost: ReadCost | None = None) -> list[QueueStats]:
+    """:func:`read_stats` for a :class:`dynoqueue.asyncio.RedisQueues` (same arguments)."""
+    cost = cost if cost is not None else ReadCost()
+    started = time.perf_counter()
+    stats: list[QueueStats] = await _drive_async(_read(queues, names, cost))
+    cost.seconds = time.perf_counter() - started
+    return stats

@@ -1,0 +1,88 @@
+"""The argparse side of the ops subcommands: ``dynoqueue stats|peek|get|dead|redrive|remove|
+purge|top`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
+
+Exit codes: 0 done; 1 the queue or message does not exist, nothing to redrive, or a
+destructive command was not confirmed; 2 bad usage, Redis unreachable or the credentials
+refused. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ..cli_args import int_at_least, positive_float
+from . import commands, serve
+from .session import add_connection_options, run_guarded
+
+
+def _command(subparsers: Any, name: str, handler: Callable[[argparse.Namespace], int],
+             help: str, description: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help,
+                                                            description=description)
+    add_connection_options(parser)
+    parser.set_defaults(handler=functools.partial(run_guarded, name, handler))
+    return parser
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add the ops subcommands to the ``dynoqueue`` command's subparsers."""
+    stats = _command(subparsers, "stats", commands.stats,
+                     "per queue and shard: waiting, ready, delayed, leased, dead, oldest age",
+                     "Show each queue's counts per shard, read from Redis now. Without "
+                     "names, every queue under the prefix (a SCAN).")
+    stats.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to show")
+
+    peek = _command(subparsers, "peek", commands.peek, "due messages of a queue, not leased",
+                    "Show due messages of every shard (the local one first) without "
+                    "leasing them.")
+    peek.add_argument("queue", metavar="QUEUE")
+    peek.add_argument("-n", type=int_at_least(1), default=10, metavar="N",
+                      help="most messages (default 10)")
+
+    get = _command(subparsers, "get", commands.get, "one message's lifecycle info",
+                   "Show where a message is in its lifecycle (state and Camellia's code, "
+                   "deliveries, due time, lease expiry, last error).")
+    get.add_argument("queue", metavar="QUEUE")
+    get.add_argument("id", metavar="ID")
+
+    dead = _command(subparsers, "dead", commands.dead, "a queue's dead letters with reasons",
+                    "List dead letters, oldest first: reason, deliveries, when, last error.")
+    dead.add_argument("queue", metavar="QUEUE")
+    dead.add_argument("-n", type=int_at_least(1), default=100, metavar="N",
+                      help="most dead letters (default 100)")
+
+    redrive = _command(subparsers, "redrive", commands.redrive,
+                       "dead letters back to waiting",
+                       "Put dead letters back to waiting (their delivery counts start again).")
+    redrive.add_argument("queue", metavar="QUEUE")
+    redrive.add_argument("ids", nargs="*", metavar="ID", help="the dead letters to redrive")
+    redrive.add_argument("--all", action="store_true", help="every dead letter")
+    redrive.add_argument("--delay-ms", type=int_at_least(0), default=0, metavar="MS",
+                         help="due after this delay (default 0: at once)")
+
+    remove = _command(subparsers, "remove", commands.remove, "delete one message",
+                      "Delete one message wherever it is (waiting, leased, dead).")
+    remove.add_argument("queue", metavar="QUEUE")
+    remove.add_argument("id", metavar="ID")
+    remove.add_argument("--yes", action="store_true", help="do not ask")
+
+    purge = _command(subparsers, "purge", commands.purge, "delete every message of a queue",
+                     "Delete the queue: every message, waiting, leased and dead, and its "
+                     "lifecycle data. --dead: only its dead letters.")
+    purge.add_argument("queue", metavar="QUEUE")
+    purge.add_argument("--dead", action="store_true", help="only the dead letters")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+
+    top = _command(subparsers, "top", commands.top, "a live view of every queue with rates",
+                   "Refresh a table of every queue (or the named ones) with the rate of "
+                   "change per second of waiting, leased and dead. Ctrl-C stops it.")
+    top.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to show")
+    top.add_argument("--interval", type=positive_float, default=2.0, metavar="S",
+                     help="seconds between refreshes (default 2)")
+    top.add_argument("--iterations", type=int_at_least(0), default=0, metavar="N",
+                     help="stop after N refreshes (default 0: until Ctrl-C)")
+
+    serve.add_parser(subparsers)

@@ -1,0 +1,254 @@
+"""The ops subcommands, each ``handler(args) -> exit code`` (see :mod:`dynoqueue.ops.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..connect.urls import redact_url
+from ..metrics.stats import QueueStats, read_stats
+from ..model.states import MessageInfo
+from . import render
+from .session import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    OpsError,
+    confirm,
+    existing_queue,
+    opened,
+    queue_exists,
+)
+
+#: The keys of one ``stats --json`` object, in order.
+STATS_FIELDS = ("queue", "shard", "waiting", "ready", "delayed", "leased", "dead",
+                "oldest_ready_age_ms")
+
+
+def stats_rows(stats: Sequence[QueueStats]) -> list[dict[str, Any]]:
+    """One object per queue and shard (``dead`` is the queue's: dead letters are kept per
+    queue, so it repeats on each of its shards' rows)."""
+    return [{"queue": q.queue, "shard": s.shard, "waiting": s.waiting, "ready": s.ready,
+             "delayed": s.delayed, "leased": s.leased, "dead": q.dead,
+             "oldest_ready_age_ms": s.oldest_ready_age_ms}
+            for q in stats for s in q.shards]
+
+
+def stats(args: argparse.Namespace) -> int:
+    """``stats [QUEUE...]``: per queue and shard, waiting/ready/delayed/leased/dead/age."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        names = list(args.queues) or None
+        for name in names or []:
+            existing_queue(queues, name, where)
+        found = read_stats(queues, names)
+    rows = stats_rows(found)
+    if args.json:
+        render.emit_json(rows)
+    else:
+        render.show(render.table(f"dynoqueue queues at {where} (prefix {args.prefix})",
+                                 STATS_FIELDS, [[r[f] for f in STATS_FIELDS] for r in rows]))
+    return EXIT_OK
+
+
+def peek(args: argparse.Namespace) -> int:
+    """``peek QUEUE [-n N]``: due messages of every shard (local first), without leasing."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        messages = q.unsafe_peek_all_shards(args.n)
+    rows = [{"id": m.id, "shard": m.shard, "priority": m.priority, "timeout": m.timeout,
+             "payload": m.payload} for m in messages]
+    if args.json:
+        render.emit_json(rows)
+    else:
+        render.show(render.table(f"{args.queue}: {len(rows)} due messages (not leased)",
+                                 ["id", "shard", "priority", "payload"],
+                                 [[r["id"], r["shard"], r["priority"], r["payload"]]
+                                  for r in rows]))
+    return EXIT_OK
+
+
+def info_fields(info: MessageInfo) -> dict[str, Any]:
+    """The lifecycle's ``info`` as JSON-ready fields (state by name, plus Camellia's code)."""
+    return {"id": info.id, "state": info.state.name, "code": info.state.code,
+            "shard": info.shard, "priority": info.priority, "payload": info.payload,
+            "deliveries": info.deliveries, "max_deliveries": info.max_deliveries,
+            "enqueued_at_ms": info.enqueued_at_ms, "due_at_ms": info.due_at_ms,
+            "lease_expires_at_ms": info.lease_expires_at_ms,
+            "expires_at_ms": info.expires_at_ms, "ended_at_ms": info.ended_at_ms,
+            "last_error": info.last_error}
+
+
+def get(args: argparse.Namespace) -> int:
+    """``get QUEUE ID``: the message's lifecycle info."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        info = q.info(args.id)
+    if info is None:
+        raise OpsError(f"no message {args.id!r} in queue {args.queue!r}", EXIT_NOT_FOUND)
+    fields = info_fields(info)
+    if args.json:
+        render.emit_json(fields)
+    else:
+        render.show(render.pairs(f"{args.queue} / {args.id}", fields))
+    return EXIT_OK
+
+
+def dead(args: argparse.Namespace) -> int:
+    """``dead QUEUE [-n N]``: dead letters, oldest first, with their reasons."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        letters = q.dead_letters(args.n)
+        total = q.dead_size()
+    rows = [{"id": d.message.id, "reason": d.reason, "deliveries": d.deliveries,
+             "died_at_ms": d.died_at_ms, "last_error": d.last_error,
+             "payload": d.message.payload} for d in letters]
+    if args.json:
+        render.emit_json(rows)
+    else:
+        render.show(render.table(
+            f"{args.queue}: {total} dead letters" + (f" (first {len(rows)})"
+                                                      if total > len(rows) else ""),
+            ["id", "reason", "deliveries", "died_at", "last_error", "payload"],
+            [[r["id"], r["reason"], r["deliveries"], _when(r["died_at_ms"]), r["last_error"],
+              r["payload"]] for r in rows]))
+    return EXIT_OK
+
+
+def redrive(args: argparse.Namespace) -> int:
+    """``redrive QUEUE [ID...|--all]``: dead letters back to waiting."""
+    if bool(args.ids) == bool(args.all):
+        raise OpsError("give the dead letters' ids or --all (not both)")
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        moved = q.redrive(None if args.all else list(args.ids), delay_ms=args.delay_ms)
+    _done(args, {"queue": args.queue, "redriven": moved},
+          f"{args.queue}: {moved} dead letters back to waiting")
+    return EXIT_OK if moved or args.all else EXIT_NOT_FOUND
+
+
+def remove(args: argparse.Namespace) -> int:
+    """``remove QUEUE ID``: delete one message wherever it is (asks unless --yes)."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        confirm(args, f"remove message {args.id!r} from queue {args.queue!r}")
+        removed = q.remove(args.id)
+    if not removed:
+        raise OpsError(f"no message {args.id!r} in queue {args.queue!r}", EXIT_NOT_FOUND)
+    _done(args, {"queue": args.queue, "removed": args.id}, f"{args.queue}: removed {args.id}")
+    return EXIT_OK
+
+
+def purge(args: argparse.Namespace) -> int:
+    """``purge QUEUE``: delete every message of the queue, or with ``--dead`` only its dead
+    letters (asks unless --yes)."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        q = existing_queue(queues, args.queue, where)
+        if args.dead:
+            confirm(args, f"delete every dead letter of queue {args.queue!r}")
+            count = q.purge_dead()
+            _done(args, {"queue": args.queue, "dead_purged": count},
+                  f"{args.queue}: {count} dead letters deleted")
+            return EXIT_OK
+        (before,) = read_stats(queues, [args.queue])
+        confirm(args, f"delete queue {args.queue!r} ({before.total('waiting')} waiting, "
+                      f"{before.total('leased')} leased, {before.dead} dead)")
+        q.clear()
+        gone = not queue_exists(queues, args.queue)
+    _done(args, {"queue": args.queue, "waiting": before.total("waiting"),
+                 "leased": before.total("leased"), "dead": before.dead, "purged": gone},
+          f"{args.queue}: purged ({before.total('waiting')} waiting, "
+          f"{before.total('leased')} leased, {before.dead} dead letters deleted)")
+    return EXIT_OK
+
+
+def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    """``top``: a live table of every queue, refreshed every ``--interval`` s, with the rate
+    of change of each count per second; ``--iterations`` stops it (0: until Ctrl-C)."""
+    where = redact_url(args.url)
+    previous: dict[str, tuple[float, QueueStats]] = {}
+    with opened(args) as queues:
+        live = _live(args)
+        try:
+            count = 0
+            while True:
+                found = read_stats(queues, list(args.queues) or None)
+                now = time.monotonic()
+                rows = [_top_row(s, previous.get(s.queue), now) for s in found]
+                previous = {s.queue: (now, s) for s in found}
+                if args.json:
+                    render.emit_json(rows)
+                else:
+                    view = render.table(
+                        f"dynoqueue top: {where} (prefix {args.prefix}), every "
+                        f"{args.interval:g} s; rates per second",
+                        ["queue", "waiting", "ready", "leased", "dead", "oldest_ready_ms",
+                         "waiting/s", "leased/s", "dead/s"],
+                        [[r["queue"], r["waiting"], r["ready"], r["leased"], r["dead"],
+                          r["oldest_ready_age_ms"], _rate(r["waiting_per_s"]),
+                          _rate(r["leased_per_s"]), _rate(r["dead_per_s"])] for r in rows])
+                    if live is not None:
+                        live.update(view, refresh=True)
+                    else:
+                        render.show(view)
+                count += 1
+                if args.iterations and count >= args.iterations:
+                    return EXIT_OK
+                sleep(args.interval)
+        finally:
+            if live is not None:
+                live.stop()
+
+
+def _live(args: argparse.Namespace) -> Any:
+    if args.json:
+        return None
+    try:
+        from rich.console import Console
+        from rich.live import Live
+    except ImportError:
+        return None
+    console = Console()
+    if not console.is_terminal:
+        return None  # a pipe: one table per refresh
+    live = Live(console=console, auto_refresh=False, transient=False)
+    live.start()
+    return live
+
+
+def _top_row(stats: QueueStats, before: tuple[float, QueueStats] | None,
+             now: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"queue": stats.queue, "waiting": stats.total("waiting"),
+                           "ready": stats.total("ready"), "leased": stats.total("leased"),
+                           "dead": stats.dead, "oldest_ready_age_ms": stats.oldest_ready_age_ms}
+    for name in ("waiting", "leased", "dead"):
+        rate = None
+        if before is not None and now > before[0]:
+            then = before[1].dead if name == "dead" else before[1].total(name)
+            rate = round((row[name] - then) / (now - before[0]), 2)
+        row[f"{name}_per_s"] = rate
+    return row
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def _done(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:
+    if args.json:
+        render.emit_json(doc)
+    else:
+        print(line)

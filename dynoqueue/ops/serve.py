@@ -1,0 +1,83 @@
+"""``dynoqueue serve``: run the HTTP API (:mod:`dynoqueue.server`) on uvicorn.
+
+Binds 127.0.0.1 by default. ``--token`` (or ``$DYNOQUEUE_SERVE_TOKEN``) makes every route
+require ``Authorization: Bearer <token>``; a bind to an address other than loopback is refused
+without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+
+from ..cli_args import int_at_least
+from .session import EXIT_ERROR, EXIT_OK, add_connection_options, zones_of
+
+TOKEN_ENV = "DYNOQUEUE_SERVE_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and 127.0.0.0/8 or ::1 addresses."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def add_parser(subparsers: object) -> None:
+    """Add ``serve`` to the ``dynoqueue`` command's subparsers."""
+    serve: argparse.ArgumentParser = subparsers.add_parser(  # type: ignore[attr-defined]
+        "serve", help="HTTP API: Camellia's and Youzan's delay-queue protocols, /metrics, "
+                      "a dashboard",
+        description="Serve the queues over HTTP (Camellia's delay-queue protocol, Youzan's "
+                    "JSON commands, /metrics, /healthz, /openapi.json, a dashboard at /). "
+                    "It runs the unack processing of the topics it serves.")
+    add_connection_options(serve)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1; others need a token)")
+    serve.add_argument("--port", type=int_at_least(0), default=8080, help="default 8080")
+    serve.add_argument("--token", default=None,
+                       help=f"bearer token every route requires (default ${TOKEN_ENV})")
+    serve.add_argument("--retention-ms", type=int_at_least(0), default=300_000, metavar="MS",
+                       help="how long acked and deleted messages stay queryable with getMsg, "
+                            "for topics without a stored policy (default 300000)")
+    serve.add_argument("--unack-interval-ms", type=int_at_least(1), default=500, metavar="MS",
+                       help="how often expired leases and TTLs are handled (default 500)")
+    serve.add_argument("--index-sweep-ms", type=int_at_least(1), default=60_000, metavar="MS",
+                       help="how often Youzan's id index drops jobs ended elsewhere "
+                            "(default 60000)")
+    serve.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the server until SIGINT/SIGTERM; return its exit code."""
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(args.host) and token is None:
+        print(f"dynoqueue serve: refusing to bind {args.host} without a token: pass --token "
+              f"or set ${TOKEN_ENV} (or bind 127.0.0.1)", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        import uvicorn
+
+        from ..server import ServerSettings, create_app
+    except ImportError as exc:
+        print(f"dynoqueue serve: {exc.name} is missing; install the server extra: "
+              f"pip install 'dynoqueue[server]'", file=sys.stderr)
+        return EXIT_ERROR
+    zones = zones_of(args.zones)
+    settings = ServerSettings(
+        url=args.url, zones=tuple(zones) if zones else None, local_zone=args.local_zone,
+        prefix=args.prefix, token=token, retention_ms=args.retention_ms,
+        unack_interval_ms=args.unack_interval_ms, index_sweep_ms=args.index_sweep_ms)
+    config = uvicorn.Config(create_app(settings), host=args.host, port=args.port,
+                            log_level="warning" if not args.verbose else "info",
+                            lifespan="on", timeout_graceful_shutdown=5, backlog=4096)
+    server = uvicorn.Server(config)
+    print(f"dynoqueue serve: http://{args.host}:{args.port}/ "
+          f"({'token required' if token else 'no token'})", file=sys.stderr, flush=True)
+    server.run()
+    return EXIT_OK if server.started else EXIT_ERROR

@@ -1,0 +1,214 @@
+"""Camellia's delay-queue HTTP protocol (netease-im/camellia, ``/camellia/delayQueue/*``), on a
+dynoqueue queue per topic.
+
+Its SDKs and clients work unchanged: the same paths, form fields, defaults and JSON. The
+mapping: ``msgId`` dedup is ``push(if_exists="keep")`` (the first wins); ``delayMillis`` is the
+message's delay; ``ttlMillis`` its ``ttl_ms`` (counted from when it falls due);
+``maxRetry`` n allows n + 1 deliveries (``max_deliveries``); ``ackTimeoutMillis`` is the pop's
+lease; ``ackMsg`` with ``ack=false`` is a nack (due again at once); ``status`` is
+``MessageState.code``. Camellia answers business outcomes with HTTP 200 and a ``code`` of 200,
+404 (no such message) or 500; bad input gets HTTP 400 with ``{"code": 400, "msg": ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..asyncio.queue import DynoQueue
+from ..metrics.names import WAITING_BUCKETS
+from ..metrics.stats import QueueStats, read_stats_async
+from ..model.message import Message
+from ..model.states import MessageInfo, MessageState
+from .http import JSON, BadRequest, boolean, integer, params, text
+from .state import ServerState
+
+PREFIX = "/camellia/delayQueue"
+#: Most messages one pull may ask for.
+MAX_BATCH = 1000
+
+
+def ok(**fields: Any) -> JSON:
+    return JSON({"code": 200, "msg": "success", **fields})
+
+
+def not_found(what: str) -> JSON:
+    return JSON({"code": 404, "msg": f"{what} not exists"})
+
+
+def delay_msg(topic: str, info: MessageInfo, timeout_ms: int | None = None,
+              delivered_at_ms: int | None = None) -> dict[str, Any]:
+    """Camellia's ``delayMsg`` of one message from its lifecycle info.
+
+    ``timeout_ms`` (the message's delay) places triggerTime when the message is no longer
+    waiting; ``delivered_at_ms`` is when a pull leased it.
+    """
+    produce = info.enqueued_at_ms or 0
+    trigger = info.due_at_ms
+    if trigger is None:
+        trigger = produce + (timeout_ms or 0) if produce else (delivered_at_ms or 0)
+    state = info.state
+    if delivered_at_ms is not None and state is MessageState.LEASED:
+        trigger = min(trigger, delivered_at_ms)
+    return {
+        "topic": topic, "msgId": info.id, "msg": info.payload, "produceTime": produce,
+        "triggerTime": trigger, "expireTime": info.expires_at_ms or 0,
+        "maxRetry": (info.max_deliveries - 1) if info.max_deliveries else -1,
+        "retry": info.deliveries, "status": state.code,
+    }
+
+
+def topic_info(stats: QueueStats) -> dict[str, Any]:
+    """Camellia's topic info: waiting (not due), its waiting-time buckets, ready, ack."""
+    buckets = stats.buckets()
+    return {"topic": stats.queue, "waitingQueueSize": stats.total("delayed"),
+            "waitingQueueInfo": {name: buckets[name] for name, _, _ in WAITING_BUCKETS},
+            "readyQueueSize": stats.total("ready"), "ackQueueSize": stats.total("leased")}
+
+
+def routes(state: ServerState) -> list[Route]:
+    """The Camellia routes over ``state``."""
+
+    async def topic_of(values: dict[str, str]) -> tuple[str, DynoQueue]:
+        topic = text(values, "topic")
+        assert topic is not None
+        return topic, await state.topic(topic)
+
+    async def send_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        msg = text(values, "msg")
+        assert msg is not None
+        msg_id = text(values, "msgId", required=False) or uuid.uuid4().hex
+        delay = integer(values, "delayMillis")
+        ttl = integer(values, "ttlMillis", -1)
+        max_retry = integer(values, "maxRetry", -1)
+        message = Message(msg_id, msg, timeout=max(0, delay),
+                          ttl_ms=ttl if ttl > 0 else state.settings.ttl_ms,
+                          max_deliveries=(max_retry if max_retry >= 0
+                                          else state.settings.max_retry) + 1)
+        await queue.push([message], if_exists="keep")
+        state.count(topic, "sendMsg")
+        info = await queue.info(msg_id)
+        if info is None:  # acked or removed in between, with no retention
+            raise BadRequest(f"message {msg_id} ended at once", 409)
+        return ok(delayMsg=delay_msg(topic, info, message.timeout))
+
+    async def delete_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        msg_id = text(values, "msgId")
+        assert msg_id is not None
+        boolean(values, "release", False)  # accepted; retention decides when memory is freed
+        state.count(topic, "deleteMsg")
+        if not await queue.remove(msg_id):
+            return not_found("msg")
+        return JSON({"code": 200, "msg": "success"})
+
+    async def pulled(topic: str, queue: DynoQueue, messages: list[Message]) -> list[Any]:
+        infos = await asyncio.gather(*(queue.info(m.id) for m in messages))
+        out = []
+        for message, info in zip(messages, infos, strict=True):
+            delivered_at = int((message.receipt or "0:0").split(":")[1])
+            if info is None:
+                continue
+            doc = delay_msg(topic, info, message.timeout, delivered_at)
+            out.append(doc)
+            if doc["triggerTime"]:
+                state.gap(topic, max(0, delivered_at - doc["triggerTime"]))
+        return out
+
+    def pull_args(values: dict[str, str]) -> tuple[int, int]:
+        ack = integer(values, "ackTimeoutMillis", -1)
+        batch = integer(values, "batch", -1, high=MAX_BATCH)
+        return (ack if ack > 0 else state.settings.ack_timeout_ms), (batch if batch > 0 else 1)
+
+    async def pull_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        lease, batch = pull_args(values)
+        messages = await queue.pop(batch, 0, lease_ms=lease)
+        state.count(topic, "pullMsg")
+        return ok(delayMsgList=await pulled(topic, queue, messages))
+
+    async def long_polling_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        lease, batch = pull_args(values)
+        hold = integer(values, "longPollingTimeoutMillis", -1)
+        hold = hold if hold > 0 else state.settings.long_polling_timeout_ms
+        # Held until a message is due (woken by the doorbell) or the timeout; a client that
+        # goes away keeps nothing (see dynoqueue.server.longpoll).
+        messages = await state.polls.pull(topic, queue, batch, lease, hold,
+                                          request.is_disconnected)
+        state.count(topic, "pullMsg")
+        return ok(delayMsgList=await pulled(topic, queue, messages))
+
+    async def ack_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        msg_id = text(values, "msgId")
+        assert msg_id is not None
+        if boolean(values, "ack", True):
+            await queue.ack(msg_id)
+        else:  # Camellia: back to the ready queue at once
+            await queue.nack(msg_id, 0)
+        state.count(topic, "ackMsg")
+        return JSON({"code": 200, "msg": "success"})
+
+    async def get_msg(request: Request) -> JSON:
+        values = await params(request)
+        topic, queue = await topic_of(values)
+        msg_id = text(values, "msgId")
+        assert msg_id is not None
+        state.count(topic, "getMsg")
+        info = await queue.info(msg_id)
+        if info is None:
+            return not_found("msg")
+        stored = await queue.get(msg_id) if info.due_at_ms is None else None
+        return ok(delayMsg=delay_msg(topic, info, stored.timeout if stored else None))
+
+    async def get_monitor_data(request: Request) -> JSON:
+        requests, gaps = [], []
+        for topic, monitor in sorted(state.monitor.items()):
+            requests.append({"topic": topic, **{name: monitor.requests.get(name, 0) for name in (
+                "sendMsg", "pullMsg", "deleteMsg", "ackMsg", "getMsg", "triggerMsgReady",
+                "triggerMsgEndLife", "triggerMsgTimeout")}})
+            if monitor.gaps_ms:
+                gaps.append({"topic": topic, "count": len(monitor.gaps_ms),
+                             "avg": round(sum(monitor.gaps_ms) / len(monitor.gaps_ms), 2),
+                             "max": max(monitor.gaps_ms)})
+        # dynoqueue has no separate ready queue: the time a message waited after falling due
+        # is its pull gap, so both lists carry it.
+        return JSON({"code": 200, "data": {"requestStatsList": requests,
+                                           "pullMsgTimeGapStatsList": gaps,
+                                           "readyQueueTimeGapStatsList": gaps,
+                                           "sinceTime": state.monitor_started_ms,
+                                           "now": int(time.time() * 1000)}})
+
+    async def get_topic_info(request: Request) -> JSON:
+        values = await params(request)
+        topic, _ = await topic_of(values)
+        (stats,) = await read_stats_async(state.factory(), [topic])
+        return JSON({"code": 200, "data": topic_info(stats)})
+
+    async def get_topic_info_list(request: Request) -> JSON:
+        stats = await read_stats_async(state.factory())
+        return JSON({"code": 200, "data": [topic_info(s) for s in stats]})
+
+    return [
+        Route(f"{PREFIX}/sendMsg", send_msg, methods=["POST"]),
+        Route(f"{PREFIX}/deleteMsg", delete_msg, methods=["POST"]),
+        Route(f"{PREFIX}/pullMsg", pull_msg, methods=["POST"]),
+        Route(f"{PREFIX}/longPollingMsg", long_polling_msg, methods=["POST"]),
+        Route(f"{PREFIX}/ackMsg", ack_msg, methods=["POST"]),
+        Route(f"{PREFIX}/getMsg", get_msg, methods=["POST"]),
+        Route(f"{PREFIX}/getMonitorData", get_monitor_data, methods=["GET"]),
+        Route(f"{PREFIX}/getTopicInfo", get_topic_info, methods=["GET"]),
+        Route(f"{PREFIX}/getTopicInfoList", get_topic_info_list, methods=["GET"]),
+    ]

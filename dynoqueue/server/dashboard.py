@@ -1,0 +1,74 @@
+"""The dashboard: a page at ``/`` (plain HTML and a small script, no build step) and the JSON it
+reads and posts (``/api/...``).
+
+The page lists every queue with waiting, ready, delayed, leased and dead counts, the oldest
+ready message's age and the rates of change per second (from one refresh to the next); a
+click on a queue shows its waiting-time buckets as a bar chart and its dead letters, with
+buttons that redrive the selected ones or all. The page itself holds no data, so it is served
+without the token; every ``/api`` route needs it (the page asks for it once and keeps it in
+the tab's session storage).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from ..metrics.names import WAITING_BUCKETS, bucket_label
+from ..metrics.stats import read_stats_async
+from .http import JSON, BadRequest, json_body
+from .page import PAGE
+from .state import ServerState
+
+#: Most dead letters one page shows.
+MAX_DEAD = 500
+
+
+def routes(state: ServerState) -> list[Route]:
+    """The dashboard's routes over ``state``."""
+
+    async def index(request: Request) -> HTMLResponse:
+        return HTMLResponse(PAGE)
+
+    async def queues(request: Request) -> JSON:
+        stats = await read_stats_async(state.factory())
+        return JSON({"prefix": state.settings.prefix, "queues": [{
+            "queue": s.queue, "waiting": s.total("waiting"), "ready": s.total("ready"),
+            "delayed": s.total("delayed"), "leased": s.total("leased"), "dead": s.dead,
+            "oldest_ready_age_ms": s.oldest_ready_age_ms,
+            "shards": [{"shard": sh.shard, "waiting": sh.waiting, "ready": sh.ready,
+                        "leased": sh.leased} for sh in s.shards],
+            "buckets": [{"range": bucket_label(name), "count": s.buckets()[name]}
+                        for name, _, _ in WAITING_BUCKETS],
+        } for s in stats]})
+
+    async def dead(request: Request) -> JSON:
+        queue = await state.topic(request.path_params["queue"])
+        raw = request.query_params.get("n", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_DEAD:
+            raise BadRequest(f"n must be in 1..{MAX_DEAD}, got {raw!r:.20}")
+        letters = await queue.dead_letters(int(raw))
+        return JSON({"queue": queue.name, "total": await queue.dead_size(), "dead": [{
+            "id": d.message.id, "reason": d.reason, "deliveries": d.deliveries,
+            "died_at_ms": d.died_at_ms, "last_error": d.last_error,
+            "payload": d.message.payload} for d in letters]})
+
+    async def redrive(request: Request) -> JSON:
+        queue = await state.topic(request.path_params["queue"])
+        doc: Any = await json_body(request) if await request.body() else {}
+        ids = doc.get("ids") if isinstance(doc, dict) else None
+        if ids is not None and (not isinstance(ids, list)
+                                or not all(isinstance(i, str) and i for i in ids)):
+            raise BadRequest("ids must be a list of message ids (or absent: all)")
+        moved = await queue.redrive(ids)
+        return JSON({"queue": queue.name, "redriven": moved})
+
+    return [
+        Route("/", index, methods=["GET"]),
+        Route("/api/queues", queues, methods=["GET"]),
+        Route("/api/queues/{queue}/dead", dead, methods=["GET"]),
+        Route("/api/queues/{queue}/redrive", redrive, methods=["POST"]),
+    ]

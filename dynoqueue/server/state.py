@@ -1,0 +1,202 @@
+"""What one ``dynoqueue serve`` process holds: its settings, the asyncio factory, the queue of
+each topic, the metrics, Camellia's monitor counts and Youzan's id -> topic index."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from ..asyncio import RedisQueues
+from ..asyncio.queue import DynoQueue
+from ..errors import DynoQueueError
+from ..metrics import QueueMetrics
+from ..metrics.stats import list_queues_async
+from ..model.keys import QueueKeys, check_name
+from ..model.states import QueuePolicy
+from .longpoll import LongPolls
+
+log = logging.getLogger("dynoqueue.server")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How ``dynoqueue serve`` runs (the command's options).
+
+    Attributes:
+        url, zones, local_zone, prefix: the deployment, as the builders take them.
+        token: the bearer token every route requires (None: no auth, loopback only).
+        retention_ms: how long acked, expired and deleted messages stay queryable through
+            getMsg, for topics whose queue has no stored policy yet (Camellia: 5 minutes).
+        ack_timeout_ms, ttl_ms, max_retry: Camellia's server defaults (30 s, 1 h, 10).
+        long_polling_timeout_ms: longPollingMsg's default hold (Camellia's SDK: 10 s).
+        unack_interval_ms: how often expired leases and TTLs of the served topics are handled.
+        youzan_ttr_s: Youzan's default TTR, seconds.
+        index_sweep_ms: how often Youzan's id -> topic index drops jobs that ended elsewhere.
+    """
+
+    url: str = "redis://localhost:6379"
+    zones: tuple[str, ...] | None = None
+    local_zone: str | None = None
+    prefix: str = "dynoqueue"
+    token: str | None = None
+    retention_ms: int = 300_000
+    ack_timeout_ms: int = 30_000
+    ttl_ms: int = 3_600_000
+    max_retry: int = 10
+    long_polling_timeout_ms: int = 10_000
+    unack_interval_ms: int = 500
+    youzan_ttr_s: int = 30
+    index_sweep_ms: int = 60_000
+
+
+@dataclass
+class TopicMonitor:
+    """Camellia's per-topic request counts and pull time gaps since ``started``."""
+
+    requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gaps_ms: list[float] = field(default_factory=list)
+
+
+class ServerState:
+    """The live objects behind the routes (made in the app's lifespan)."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.metrics = QueueMetrics(self.registry)
+        self.queues: RedisQueues | None = None
+        self._topics: dict[str, DynoQueue] = {}
+        self._lock = asyncio.Lock()
+        self.monitor: dict[str, TopicMonitor] = defaultdict(TopicMonitor)
+        self.monitor_started_ms = int(time.time() * 1000)
+        self.youzan_index = f"{settings.prefix}.YOUZAN.INDEX"
+        #: The held pulls, one dispatching pop per topic.
+        self.polls = LongPolls()
+
+    async def open(self) -> None:
+        s = self.settings
+        queues = RedisQueues.from_url(
+            s.url, zones=list(s.zones) if s.zones else None,
+            local_zone=s.local_zone or (s.zones[0] if s.zones else None), key_prefix=s.prefix,
+            unack_handler_interval_ms=s.unack_interval_ms)
+        await queues.__aenter__()
+        queues.set_events(self._observe)
+        self.queues = queues
+        # Every queue already in Redis is served from the start, so its expired leases and
+        # TTLs are handled even before a request names it (Camellia schedules every topic).
+        for name in await list_queues_async(queues):
+            try:
+                await self.topic(name)
+            except DynoQueueError as exc:  # a name this layout cannot serve
+                log.warning("not serving queue %r: %s", name, exc)
+
+    async def close(self) -> None:
+        await self.polls.close()
+        if self.queues is not None:
+            await self.queues.aclose()
+
+    def factory(self) -> RedisQueues:
+        assert self.queues is not None, "the server's lifespan has not started"
+        return self.queues
+
+    def _observe(self, queue: str, kind: str, count: int) -> None:
+        self.metrics(queue, kind, count)
+        if count and kind == "redelivered":
+            self.monitor[queue].requests["triggerMsgTimeout"] += count
+        elif count and kind in ("expired", "dead_lettered"):
+            self.monitor[queue].requests["triggerMsgEndLife"] += count
+
+    def count(self, topic: str, request: str) -> None:
+        self.monitor[topic].requests[request] += 1
+
+    def gap(self, topic: str, lateness_ms: float) -> None:
+        self.monitor[topic].gaps_ms.append(lateness_ms)
+        self.metrics.observe_lateness(topic, lateness_ms / 1000)
+
+    def keys(self, topic: str) -> QueueKeys:
+        queues = self.factory()
+        return QueueKeys(queues.key_prefix, topic, tuple(queues.shards),
+                         bool(queues.settings.hash_tag))
+
+    async def topic(self, topic: str) -> DynoQueue:
+        """The queue of ``topic``: with the server's retention policy if the queue has none
+        stored, else as stored (every process must apply one policy).
+
+        Raises:
+            ConfigurationError: (a ValueError) a name a queue cannot have.
+        """
+        found = self._topics.get(topic)
+        if found is not None:
+            return found
+        check_name("topic", topic)
+        async with self._lock:
+            found = self._topics.get(topic)
+            if found is None:
+                queues = self.factory()
+                stored = await queues.quorum_conn.get(self.keys(topic).policy)
+                policy = None if stored else QueuePolicy(retention_ms=self.settings.retention_ms)
+                found = queues.get(topic, policy)
+                self._topics[topic] = found
+            return found
+
+    def served(self) -> list[str]:
+        return sorted(self._topics)
+
+    # ------------------------------------------------------------------ Youzan's index
+
+    async def index_get(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self.factory().quorum_conn.hget(self.youzan_index, job_id)
+        if not raw:
+            return None
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    async def index_set(self, job_id: str, topic: str, ttr_s: int) -> None:
+        await self.factory().quorum_conn.hset(self.youzan_index, job_id,
+                                              orjson.dumps({"topic": topic, "ttr": ttr_s}))
+
+    async def index_drop(self, job_id: str) -> None:
+        await self.factory().quorum_conn.hdel(self.youzan_index, job_id)
+
+    async def sweep_index(self, batch: int = 500) -> int:
+        """Drop index entries whose job is gone or ended (acked, expired or removed by another
+        client); dead letters keep theirs (they can be redriven). Returns how many dropped."""
+        client = self.factory().quorum_conn
+        dropped = 0
+        cursor: Any = 0
+        while True:
+            cursor, entries = await client.hscan(self.youzan_index, cursor, count=batch)
+            for raw_id, raw in entries.items():
+                job_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+                try:
+                    topic = str(orjson.loads(raw)["topic"])
+                    queue = await self.topic(topic)
+                    state = await queue.state(job_id)
+                except Exception:  # an unreadable entry or a topic it cannot name
+                    state = None
+                if state is None or state.name in ("ACKED", "EXPIRED", "DELETED"):
+                    await client.hdel(self.youzan_index, job_id)
+                    dropped += 1
+            if int(cursor) == 0:
+                return dropped
+
+    async def sweep_loop(self) -> None:
+        """Sweep Youzan's index every ``index_sweep_ms`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.settings.index_sweep_ms / 1000)
+            try:
+                dropped = await self.sweep_index()
+                if dropped:
+                    log.info("youzan index: dropped %d ended jobs", dropped)
+            except Exception:  # Redis down: try again next time
+                log.exception("youzan index sweep failed")

@@ -1,0 +1,134 @@
+"""The dashboard of ``dynoqueue serve`` in a real headless Chromium (Debian's ``chromium``,
+driven by Playwright): the page loads, shows the numbers of a queue the test filled, the
+waiting-time bars, the dead letters, and its redrive button works. Saves
+``docs/dashboard.png``.
+
+No browser is downloaded: Playwright drives the system binary (``$DYNOQUEUE_CHROMIUM`` or
+``/usr/bin/chromium``); without it the test fails and says how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from dynoqueue.embedded import RedisServer
+
+from .test_server import CAMELLIA, Served
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+INSTALL = "install it with: apt-get install -y chromium (as root), or set $DYNOQUEUE_CHROMIUM"
+
+
+def chromium_path() -> str:
+    found = os.environ.get("DYNOQUEUE_CHROMIUM") or shutil.which("chromium") or (
+        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if not found:
+        pytest.fail(f"no chromium binary for the dashboard test; {INSTALL}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: RedisServer) -> Iterator[Served]:
+    served = Served(redis_server.url, token="dash-token")
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def page(server: Served) -> Iterator[Page]:
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium_path(), headless=True,
+                                         args=["--no-sandbox", "--disable-gpu",
+                                               "--disable-dev-shm-usage"])
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        tab = context.new_page()
+        # The token, as the page keeps it once asked (sessionStorage of the tab).
+        tab.add_init_script("sessionStorage.setItem('dynoqueue-token', 'dash-token')")
+        yield tab
+        browser.close()
+
+
+def row_numbers(page: Page, queue: str) -> dict[str, str]:
+    row = page.locator(f"#queues tr[data-queue='{queue}']")
+    cells = row.locator("td").all_inner_texts()
+    names = ["queue", "waiting", "ready", "delayed", "leased", "dead", "age", "waiting/s",
+             "leased/s", "dead/s"]
+    return dict(zip(names, cells, strict=True))
+
+
+def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page) -> None:
+    topic = f"reminders-{uuid.uuid4().hex[:6]}"
+    send: list[dict[str, Any]] = [
+        *({"msgId": f"bad-{i}", "delayMillis": 0, "maxRetry": 0} for i in range(2)),
+        *({"msgId": f"now-{i}", "delayMillis": 0} for i in range(5)),
+        *({"msgId": f"soon-{i}", "delayMillis": 30_000} for i in range(3)),
+        *({"msgId": f"later-{i}", "delayMillis": 20 * 60_000} for i in range(2)),
+        {"msgId": "tomorrow", "delayMillis": 26 * 3_600_000},
+    ]
+    for fields in send:
+        server.camellia("sendMsg", topic=topic, msg=f"payload of {fields['msgId']}", **fields)
+        time.sleep(0.002)  # distinct due times: pulls take them in this order
+    bad = server.camellia("pullMsg", topic=topic, batch=2)["delayMsgList"]
+    assert [m["msgId"] for m in bad] == ["bad-0", "bad-1"]
+    for message in bad:  # their only delivery fails: dead letters
+        server.camellia("ackMsg", topic=topic, msgId=message["msgId"], ack=False)
+    assert len(server.camellia("pullMsg", topic=topic, batch=2)["delayMsgList"]) == 2
+    info = server.http.get(f"{CAMELLIA}/getTopicInfo", params={"topic": topic}).json()["data"]
+
+    page.goto(server.base + "/")
+    page.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+    numbers = row_numbers(page, topic)
+    assert numbers["ready"] == str(info["readyQueueSize"]) == "3"
+    assert numbers["delayed"] == str(info["waitingQueueSize"]) == "6"
+    assert numbers["leased"] == str(info["ackQueueSize"]) == "2"
+    assert numbers["dead"] == "2"
+    assert numbers["waiting"] == str(info["readyQueueSize"] + info["waitingQueueSize"])
+
+    page.click(f"#queues tr[data-queue='{topic}']")
+    page.wait_for_selector("#dead tbody tr[data-id='bad-0']", timeout=15_000)
+    assert page.inner_text("#dead-total") == "2"
+    assert "max_deliveries" in page.inner_text("#dead tbody")
+    counts = dict(zip(page.locator("#buckets > span:not(.bucket-count)").all_inner_texts(),
+                      page.locator("#buckets .bucket-count").all_inner_texts(), strict=True))
+    assert counts["0To1min"] == "3" and counts["10minTo30min"] == "2"
+    assert counts["1dayTo7day"] == "1" and counts["30dayToInfinite"] == "0"
+    assert page.locator(".bar[data-range='0To1min']").evaluate("e => e.style.width") == "100%"
+
+    time.sleep(2.5)  # one more refresh: the rates are known
+    assert row_numbers(page, topic)["waiting/s"] != "-"
+    DOCS.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS / "dashboard.png"), full_page=True)
+
+    page.check("#dead input[value='bad-1']")
+    page.click("#redrive-selected")
+    page.wait_for_function("document.getElementById('dead-total').textContent === '1'",
+                           timeout=15_000)
+    assert server.camellia("getMsg", topic=topic, msgId="bad-1")["delayMsg"]["status"] == 2
+    page.click("#redrive-all")
+    page.wait_for_function("document.getElementById('dead-total').textContent === '0'",
+                           timeout=15_000)
+    assert "2 redriven" not in page.inner_text("#redrive-result")
+    assert page.inner_text("#redrive-result") == "1 redriven"
+    assert server.camellia("getMsg", topic=topic, msgId="bad-0")["delayMsg"]["status"] == 2
+    page.wait_for_function(
+        f"document.querySelector(\"#queues tr[data-queue='{topic}'] td.dead-count\")"
+        ".textContent === '0'", timeout=15_000)
+
+
+def test_dashboard_api_needs_the_token(server: Served) -> None:
+    import httpx
+
+    assert httpx.get(server.base + "/").status_code == 200  # the page holds no data
+    assert httpx.get(server.base + "/api/queues").status_code == 401
+    assert server.http.get("/api/queues").status_code == 200
+    bad = server.http.post("/api/queues/x/redrive", json={"ids": "all"})
+    assert bad.status_code == 400 and bad.json()["code"] == 400

@@ -1,0 +1,268 @@
+"""dynoqueue.metrics on a real redis-server: the counters move by exactly the operations done
+(sync and asyncio), the scrape-time gauges equal shard_sizes(), a scrape of 100 queues x 3
+shards costs a fixed number of round trips, the exposition carries the documented names."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from dynoqueue import Message, QueuePolicy, RedisQueues, StaticShardSupplier, Worker
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
+from dynoqueue.embedded import RedisServer
+from dynoqueue.metrics import (
+    QueueMetrics,
+    QueueStatsCollector,
+    ReadCost,
+    WorkerMetrics,
+    read_stats,
+    read_stats_async,
+    start_http_server,
+)
+from dynoqueue.metrics import names as metric_names
+
+SHARDS = ["a", "b", "c"]
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+
+
+@pytest.fixture
+def queues(redis_server: RedisServer, prefix: str) -> Iterator[RedisQueues]:
+    with RedisQueues.from_url(redis_server.url, zones=SHARDS, local_zone="a", key_prefix=prefix,
+                              unack_handler_interval_ms=0) as factory:
+        yield factory
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def counts(registry: CollectorRegistry, queue: str) -> dict[str, float]:
+    return {kind: value(registry, f"{name}_total", queue=queue)
+            for kind, name in metric_names.COUNTERS.items()}
+
+
+def test_counters_move_by_exactly_the_operations_done(queues: RedisQueues) -> None:
+    registry = CollectorRegistry()
+    QueueMetrics(registry).observe(queues)
+    q = queues.get("orders", QueuePolicy(max_deliveries=2))
+    other = queues.get("other")
+    assert q.push([Message(f"m{i}", "x") for i in range(6)]) == [f"m{i}" for i in range(6)]
+    assert q.push([Message("m0", "dup"), Message("m9", "new")], if_exists="keep") == ["m9"]
+    other.push([Message("o1", "x")])
+    assert counts(registry, "orders")["pushed"] == 7
+    assert counts(registry, "other")["pushed"] == 1
+
+    leased = q.unsafe_pop_all_shards(4)
+    assert len(leased) == 4
+    assert q.ack(leased[0].id, receipt=leased[0].receipt)
+    assert q.ack_many([leased[1]]) == 1
+    assert not q.ack("never-pushed")
+    assert q.nack(leased[2].id, 0)  # due again, first of two deliveries
+    assert q.dead_letter(leased[3].id, "poison")
+    c = counts(registry, "orders")
+    assert (c["delivered"], c["acked"], c["nacked"], c["dead_lettered"]) == (4, 2, 1, 1)
+
+    again = q.pop_with_msg_id(leased[2].id) or q.unsafe_pop_with_msg_id_all_shards(leased[2].id)
+    assert again is not None and again.deliveries == 2
+    assert q.nack(again.id, 0)  # its last allowed delivery: dead-lettered, not nacked
+    c = counts(registry, "orders")
+    assert (c["delivered"], c["nacked"], c["dead_lettered"]) == (5, 1, 2)
+
+
+
+def test_expired_lease_put_back_counts_as_redelivered(redis_server: RedisServer,
+                                                      prefix: str) -> None:
+    registry = CollectorRegistry()
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as factory:  # one shard
+        QueueMetrics(registry).observe(factory)
+        q = factory.get("short")
+        q.push([Message("s1", "x"), Message("s2", "x")])
+        assert len(q.pop(2, lease_ms=1)) == 2
+        time.sleep(0.01)
+        assert q.process_unacks() == 2
+    c = counts(registry, "short")
+    assert (c["delivered"], c["redelivered"]) == (2, 2)
+
+
+def test_expired_messages_are_counted(queues: RedisQueues) -> None:
+    registry = CollectorRegistry()
+    QueueMetrics(registry).observe(queues)
+    q = queues.get("ttl")
+    q.push([Message("t1", "x", ttl_ms=1), Message("t2", "x", ttl_ms=1), Message("t3", "x")])
+    time.sleep(0.02)
+    q.process_unacks()  # the lifecycle sweep ends them
+    assert counts(registry, "ttl")["expired"] == 2
+
+
+def test_async_api_counts_the_same(redis_server: RedisServer, prefix: str) -> None:
+    registry = CollectorRegistry()
+
+    async def main() -> None:
+        async with AsyncRedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                             unack_handler_interval_ms=0) as factory:
+            QueueMetrics(registry).observe(factory)
+            q = factory.get("jobs")
+            await q.push([Message(f"j{i}", "x") for i in range(3)])
+            got = await q.pop(3, 1000)
+            assert await q.ack_many(got[:2]) == 2
+            assert await q.nack(got[2].id, 5000)
+
+    asyncio.run(main())
+    c = counts(registry, "jobs")
+    assert (c["pushed"], c["delivered"], c["acked"], c["nacked"]) == (3, 3, 2, 1)
+
+
+def test_collector_equals_shard_sizes_and_camellia_buckets(queues: RedisQueues) -> None:
+    q = queues.get("mixed")
+    minute = 60_000
+    delays = {"r1": 0, "r2": 0, "r3": 0, "r4": 0, "d30s": 30_000, "d5m": 5 * minute,
+              "d20m": 20 * minute, "d45m": 45 * minute, "d2h": 120 * minute,
+              "d10h": 600 * minute, "d3d": 3 * 1440 * minute, "d10d": 10 * 1440 * minute,
+              "d40d": 40 * 1440 * minute}
+    q.push([Message(i, "x", timeout=d) for i, d in delays.items()])
+    leased = q.unsafe_pop_all_shards(2)
+    assert len(leased) == 2
+    q.push([Message("gone", "x")])
+    popped = q.pop_with_msg_id("gone") or q.unsafe_pop_with_msg_id_all_shards("gone")
+    assert popped is not None
+    assert q.dead_letter("gone", "test")
+    time.sleep(0.05)  # the ready ones age a little
+
+    cost = ReadCost()
+    (stats,) = read_stats(queues, ["mixed"], cost)
+    sizes = q.shard_sizes()
+    for shard in stats.shards:
+        assert shard.waiting == sizes[shard.shard]["size"]
+        assert shard.leased == sizes[shard.shard]["uacked"]
+        assert shard.ready + shard.delayed == shard.waiting
+        assert sum(shard.waiting_buckets.values()) == shard.delayed
+    assert stats.total("ready") == 2 and stats.total("leased") == 2
+    assert stats.total("delayed") == 9
+    assert stats.dead == q.dead_size() == 1
+    assert 50 <= stats.oldest_ready_age_ms < 10_000
+    assert stats.buckets() == {
+        "sizeOf0To1min": 1, "sizeOf1minTo10min": 1, "sizeOf10minTo30min": 1,
+        "sizeOf30minTo1hour": 1, "sizeOf1hourTo6hour": 1, "sizeOf6hourTo1day": 1,
+        "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 1, "sizeOf30dayToInfinite": 1}
+    assert cost.round_trips == 2  # TIME, then one pipeline
+
+    # The collector's exposition carries the same numbers under the documented names.
+    registry = CollectorRegistry()
+    registry.register(QueueStatsCollector(queues, ["mixed"]))
+    for shard in stats.shards:
+        labels = {"queue": "mixed", "shard": shard.shard}
+        assert value(registry, metric_names.WAITING, **labels) == sizes[shard.shard]["size"]
+        assert value(registry, metric_names.LEASED, **labels) == sizes[shard.shard]["uacked"]
+        assert value(registry, metric_names.READY, **labels) == shard.ready
+    assert value(registry, metric_names.DEAD, queue="mixed") == 1
+    total_40d = sum(value(registry, metric_names.WAITING_TIME, queue="mixed", shard=s,
+                          range="30dayToInfinite") for s in SHARDS)
+    assert total_40d == 1
+
+
+def test_scrape_of_100_queues_by_3_shards_costs_bounded_round_trips(
+        redis_server: RedisServer, prefix: str) -> None:
+    with RedisQueues(redis_server.client(), redis_server.client(), key_prefix=prefix,
+                     shard_supplier=StaticShardSupplier(SHARDS, "a"),
+                     unack_handler_interval_ms=0) as factory:
+        for i in range(100):
+            q = factory.get(f"q{i:03d}")
+            q.push([Message(f"m{j}", "x", timeout=j * 1000) for j in range(3)])
+        assert q.size() == 3  # both clients connected: their set-up commands are not counted
+        probe = redis_server.client()
+        before = probe.info("commandstats")
+        cost = ReadCost()
+        stats = read_stats(factory, None, cost)  # lists every queue with SCAN, then reads
+        after = probe.info("commandstats")
+        sent = {name.removeprefix("cmdstat_"): after[name]["calls"] - before.get(
+            name, {"calls": 0})["calls"] for name in after}
+        assert [s.queue for s in stats] == [f"q{i:03d}" for i in range(100)]
+        assert all(s.total("waiting") == 3 for s in stats)
+        scans = cost.round_trips - 2
+        assert 1 <= scans <= 1 + int(probe.dbsize()) // 1000 + 1
+        assert cost.commands == scans + 1 + 100 * (1 + 3 * 13)
+        # What Redis counted, beside the probe's own INFO (and a connection's HELLO).
+        assert {k: v for k, v in sent.items() if v and k not in ("info", "hello")} == {
+            "scan": scans, "time": 1, "zcard": 100 * (1 + 3 * 2), "zrange": 100 * 3,
+            "zcount": 100 * 3 * 10}
+        print(f"\nscrape of 100 queues x 3 shards: {cost.round_trips} round trips "
+              f"({scans} SCAN), {cost.commands} commands, {cost.seconds * 1000:.1f} ms")
+
+
+def test_async_read_equals_sync_read(queues: RedisQueues, redis_server: RedisServer) -> None:
+    q = queues.get("twin")
+    q.push([Message(f"m{i}", "x", timeout=i * 90_000) for i in range(5)])
+    (sync_stats,) = read_stats(queues, ["twin"])
+
+    async def main() -> None:
+        async with AsyncRedisQueues.from_url(redis_server.url, zones=SHARDS, local_zone="a",
+                                             key_prefix=queues.key_prefix,
+                                             unack_handler_interval_ms=0) as factory:
+            (async_stats,) = await read_stats_async(factory, ["twin"])
+            assert [(s.waiting, s.ready, s.delayed, s.waiting_buckets)
+                    for s in async_stats.shards] == [
+                (s.waiting, s.ready, s.delayed, s.waiting_buckets) for s in sync_stats.shards]
+            assert "twin" in [s.queue for s in await read_stats_async(factory)]
+
+    asyncio.run(main())
+
+
+def test_worker_metrics_time_every_handler(redis_server: RedisServer, prefix: str) -> None:
+    registry = CollectorRegistry()
+    hooks = WorkerMetrics("work", registry)
+
+    def handle(message: Message) -> None:
+        time.sleep(0.01)
+
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as factory:  # one shard
+        q = factory.get("work")
+        q.push([Message(f"w{i}", "x") for i in range(3)])
+        with Worker(q, handle, concurrency=2, hooks=hooks):
+            deadline = time.monotonic() + 10
+            while value(registry, f"{metric_names.HANDLER_OUTCOMES}_total", queue="work",
+                        outcome="acked") < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert value(registry, f"{metric_names.HANDLER_DURATION}_count", queue="work") == 3
+    assert value(registry, f"{metric_names.HANDLER_DURATION}_sum", queue="work") >= 0.03
+    assert WorkerMetrics("work", registry).duration is hooks.duration  # shared per registry
+
+
+def test_start_http_server_serves_counters_and_gauges(queues: RedisQueues) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    registry = CollectorRegistry()
+    start_http_server(port, queues, registry=registry)
+    q = queues.get("served")
+    q.push([Message("a", "x"), Message("b", "x", timeout=90_000)])
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'dynoqueue_messages_pushed_total{queue="served"} 2.0' in text
+    waiting = re.findall(r'dynoqueue_waiting_messages\{queue="served",shard="\w"\} (\S+)', text)
+    assert sum(float(v) for v in waiting) == 2
+    assert 'dynoqueue_delayed_messages_by_due_in{queue="served",range="1minTo10min",' in text \
+        or 'range="1minTo10min"' in text
+    assert "dynoqueue_scrape_round_trips" in text
+    assert generate_latest(registry).decode().count("# TYPE dynoqueue_waiting_messages") == 1
+
+
+def test_every_metric_name_is_in_the_docs_table() -> None:
+    text = DOCS.read_text()
+    documented = set(re.findall(r"^\| `(dynoqueue_\w+)`", text, re.MULTILINE))
+    exposed = {f"{n}_total" for n in metric_names.COUNTERS.values()} | {
+        metric_names.LATENESS, metric_names.HANDLER_DURATION,
+        f"{metric_names.HANDLER_OUTCOMES}_total", metric_names.WAITING, metric_names.READY,
+        metric_names.DELAYED, metric_names.LEASED, metric_names.DEAD,
+        metric_names.OLDEST_READY_AGE, metric_names.WAITING_TIME,
+        metric_names.SCRAPE_ROUND_TRIPS, metric_names.SCRAPE_DURATION}
+    assert exposed == documented

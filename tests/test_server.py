@@ -1,0 +1,370 @@
+"""``dynoqueue serve`` as a real uvicorn process on a free loopback port, driven over HTTP with
+httpx, with requests shaped as Camellia's documentation and Youzan's protocol show them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dynoqueue import Message, MessageState, RedisQueues
+from dynoqueue.embedded import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+CAMELLIA = "/camellia/delayQueue"
+FORM = {"Content-Type": "application/x-www-form-urlencoded;charset=utf-8"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Served:
+    """One ``dynoqueue serve`` process and an httpx client to it."""
+
+    def __init__(self, redis_url: str, *options: str, token: str | None = None,
+                 prefix: str | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.prefix = prefix or f"s{uuid.uuid4().hex[:10]}"
+        argv = [sys.executable, "-m", "dynoqueue", "serve", "--url", redis_url, "--port",
+                str(self.port), "--prefix", self.prefix, *options]
+        if token:
+            argv += ["--token", token]
+        self.process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.base, timeout=30, headers=headers)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.http.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                out = self.process.stdout.read().decode() if self.process.stdout else ""
+                raise RuntimeError(f"dynoqueue serve did not start: {out}")
+            time.sleep(0.1)
+
+    def camellia(self, call: str, **fields: Any) -> dict[str, Any]:
+        reply = self.http.post(f"{CAMELLIA}/{call}", content=_form(fields), headers=FORM)
+        assert reply.status_code == 200, reply.text
+        doc: dict[str, Any] = reply.json()
+        return doc
+
+    def youzan(self, **command: Any) -> httpx.Response:
+        return self.http.post("/youzan/delayQueue", json=command)
+
+    def close(self) -> None:
+        self.http.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _form(fields: dict[str, Any]) -> str:
+    return httpx.QueryParams({k: str(v).lower() if isinstance(v, bool) else str(v)
+                              for k, v in fields.items()}).__str__()
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: RedisServer) -> Iterator[Served]:
+    served = Served(redis_server.url, "--index-sweep-ms", "200", "--unack-interval-ms", "100")
+    yield served
+    served.close()
+
+
+def topic() -> str:
+    return f"topic-{uuid.uuid4().hex[:8]}"
+
+
+def test_camellia_send_pull_ack_get_delete(server: Served) -> None:
+    t = topic()
+    sent = server.camellia("sendMsg", topic=t, msgId="m1", msg="abc", delayMillis=0,
+                           ttlMillis=60_000, maxRetry=3)
+    assert sent["code"] == 200 and sent["msg"] == "success"
+    msg = sent["delayMsg"]
+    assert set(msg) == {"topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime",
+                        "maxRetry", "retry", "status"}
+    assert (msg["topic"], msg["msgId"], msg["msg"], msg["maxRetry"], msg["retry"],
+            msg["status"]) == (t, "m1", "abc", 3, 0, 2)
+    assert msg["triggerTime"] == msg["produceTime"]
+    assert msg["expireTime"] == msg["triggerTime"] + 60_000
+    # msgId dedup: the first wins.
+    again = server.camellia("sendMsg", topic=t, msgId="m1", msg="other", delayMillis=5000)
+    assert again["delayMsg"]["msg"] == "abc"
+    generated = server.camellia("sendMsg", topic=t, msg="no id", delayMillis=60_000)
+    assert len(generated["delayMsg"]["msgId"]) == 32 and generated["delayMsg"]["status"] == 1
+
+    pulled = server.camellia("pullMsg", topic=t, ackTimeoutMillis=30_000, batch=10)
+    assert [m["msgId"] for m in pulled["delayMsgList"]] == ["m1"]
+    assert pulled["delayMsgList"][0]["status"] == 3 and pulled["delayMsgList"][0]["retry"] == 1
+    assert server.camellia("pullMsg", topic=t)["delayMsgList"] == []
+    assert server.camellia("ackMsg", topic=t, msgId="m1") == {"code": 200, "msg": "success"}
+    got = server.camellia("getMsg", topic=t, msgId="m1")
+    assert got["code"] == 200 and got["delayMsg"]["status"] == 4  # kept for the retention
+
+    delayed_id = generated["delayMsg"]["msgId"]
+    assert server.camellia("getMsg", topic=t, msgId=delayed_id)["delayMsg"]["status"] == 1
+    assert server.camellia("deleteMsg", topic=t, msgId=delayed_id, release=False) == {
+        "code": 200, "msg": "success"}
+    assert server.camellia("getMsg", topic=t, msgId=delayed_id)["delayMsg"]["status"] == 7
+    assert server.camellia("getMsg", topic=t, msgId="never")["code"] == 404
+    assert server.camellia("deleteMsg", topic=t, msgId="never")["code"] == 404
+
+    monitor = server.http.get(f"{CAMELLIA}/getMonitorData").json()
+    (stats,) = [s for s in monitor["data"]["requestStatsList"] if s["topic"] == t]
+    assert (stats["sendMsg"], stats["pullMsg"], stats["ackMsg"], stats["deleteMsg"]) == (
+        3, 2, 1, 2)
+    assert any(g["topic"] == t and g["count"] == 1
+               for g in monitor["data"]["pullMsgTimeGapStatsList"])
+
+
+def test_camellia_nack_retry_and_max_retry(server: Served) -> None:
+    t = topic()
+    server.camellia("sendMsg", topic=t, msgId="r", msg="x", delayMillis=0, maxRetry=1)
+    first = server.camellia("pullMsg", topic=t)["delayMsgList"]
+    assert [m["retry"] for m in first] == [1]
+    server.camellia("ackMsg", topic=t, msgId="r", ack=False)  # back at once
+    second = server.camellia("pullMsg", topic=t)["delayMsgList"]
+    assert [m["retry"] for m in second] == [2]
+    server.camellia("ackMsg", topic=t, msgId="r", ack=False)  # its last delivery: dead
+    assert server.camellia("getMsg", topic=t, msgId="r")["delayMsg"]["status"] == 6
+    # A lease that is not acked in time comes back (the server runs the unack processing).
+    server.camellia("sendMsg", topic=t, msgId="slow", msg="x", delayMillis=0)
+    assert server.camellia("pullMsg", topic=t, ackTimeoutMillis=100)["delayMsgList"]
+    deadline = time.monotonic() + 10
+    while not (again := server.camellia("pullMsg", topic=t)["delayMsgList"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert again[0]["msgId"] == "slow" and again[0]["retry"] == 2
+
+
+def test_camellia_topic_info(server: Served) -> None:
+    t = topic()
+    for i, delay in enumerate([0, 0, 30_000, 300_000, 7_200_000]):
+        server.camellia("sendMsg", topic=t, msgId=f"m{i}", msg="x", delayMillis=delay)
+    server.camellia("pullMsg", topic=t)
+    info = server.http.get(f"{CAMELLIA}/getTopicInfo", params={"topic": t}).json()
+    assert info["code"] == 200
+    assert info["data"] == {
+        "topic": t, "waitingQueueSize": 3, "readyQueueSize": 1, "ackQueueSize": 1,
+        "waitingQueueInfo": {"sizeOf0To1min": 1, "sizeOf1minTo10min": 1,
+                             "sizeOf10minTo30min": 0, "sizeOf30minTo1hour": 0,
+                             "sizeOf1hourTo6hour": 1, "sizeOf6hourTo1day": 0,
+                             "sizeOf1dayTo7day": 0, "sizeOf7dayTo30day": 0,
+                             "sizeOf30dayToInfinite": 0}}
+    listed = server.http.get(f"{CAMELLIA}/getTopicInfoList").json()
+    assert info["data"] in listed["data"]
+
+
+def test_bad_input_gets_400_in_camellia_shape_and_writes_nothing(
+        server: Served, redis_server: RedisServer) -> None:
+    t = topic()
+    cases = [({"msg": "x", "delayMillis": 0}, "topic is empty"),
+             ({"topic": t, "delayMillis": 0}, "msg is empty"),
+             ({"topic": t, "msg": "x"}, "delayMillis is required"),
+             ({"topic": t, "msg": "x", "delayMillis": "soon"}, "delayMillis must be an integer"),
+             ({"topic": "bad topic", "msg": "x", "delayMillis": 0}, "topic"),
+             ({"topic": t, "msg": "x" * (1024 * 1024 + 1), "delayMillis": 0}, "bytes")]
+    for fields, text in cases:
+        reply = server.http.post(f"{CAMELLIA}/sendMsg", content=_form(fields), headers=FORM)
+        assert reply.status_code == 400, (fields, reply.text)
+        assert reply.json()["code"] == 400 and text in reply.json()["msg"]
+        assert "Traceback" not in reply.text
+    reply = server.http.post(f"{CAMELLIA}/pullMsg", content=_form({"topic": t, "batch": 5000}),
+                             headers=FORM)
+    assert reply.status_code == 400 and reply.json()["code"] == 400
+    reply = server.http.post(f"{CAMELLIA}/ackMsg", content=_form(
+        {"topic": t, "msgId": "x", "ack": "maybe"}), headers=FORM)
+    assert reply.status_code == 400
+    assert redis_server.client().keys(f"*{t}*") == []  # nothing was written
+    assert server.http.get("/no/such/route").status_code == 404
+
+
+def test_long_poll_returns_within_50ms_of_due(server: Served) -> None:
+    t = topic()
+
+    async def main() -> tuple[dict[str, Any], float]:
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            poll = asyncio.ensure_future(client.post(f"{CAMELLIA}/longPollingMsg", headers=FORM,
+                                                     content=_form({
+                                                         "topic": t,
+                                                         "longPollingTimeoutMillis": 5000})))
+            await asyncio.sleep(0.3)  # the poll is held
+            sent = await client.post(f"{CAMELLIA}/sendMsg", headers=FORM, content=_form(
+                {"topic": t, "msgId": "due", "msg": "x", "delayMillis": 700}))
+            reply = await poll
+            returned_ms = time.time() * 1000
+            assert [m["msgId"] for m in reply.json()["delayMsgList"]] == ["due"]
+            return sent.json()["delayMsg"], returned_ms
+
+    sent, returned_ms = asyncio.run(main())
+    late_ms = returned_ms - sent["triggerTime"]
+    print(f"\nlong poll returned {late_ms:.1f} ms after the message fell due")
+    assert 0 <= late_ms < 500
+
+
+def test_500_concurrent_long_polls_on_one_server(server: Served) -> None:
+    t = topic()
+    polls, per_client = 500, 50  # httpx's pool slows down past ~100 connections per client
+
+    async def main() -> tuple[list[list[str]], float]:
+        clients = [httpx.AsyncClient(base_url=server.base, timeout=60,
+                                     limits=httpx.Limits(max_connections=per_client))
+                   for _ in range(polls // per_client)]
+
+        async def poll(client: httpx.AsyncClient) -> list[str]:
+            reply = await client.post(f"{CAMELLIA}/longPollingMsg", headers=FORM,
+                                      content=_form({"topic": t, "batch": 1,
+                                                     "longPollingTimeoutMillis": 30_000}))
+            assert reply.status_code == 200
+            return [m["msgId"] for m in reply.json()["delayMsgList"]]
+
+        try:
+            waiting = [asyncio.ensure_future(poll(clients[i // per_client]))
+                       for i in range(polls)]
+            await asyncio.sleep(3)  # every poll is held
+            assert not any(w.done() for w in waiting)
+            started = time.monotonic()
+            async with httpx.AsyncClient(base_url=server.base, timeout=60) as sender:
+                for i in range(0, polls, 50):
+                    await asyncio.gather(*(sender.post(
+                        f"{CAMELLIA}/sendMsg", headers=FORM,
+                        content=_form({"topic": t, "msgId": f"m{j}", "msg": "x",
+                                       "delayMillis": 0})) for j in range(i, i + 50)))
+            got = await asyncio.gather(*waiting)
+            return got, time.monotonic() - started
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    got, seconds = asyncio.run(main())
+    print(f"\n{polls} held long polls answered {seconds:.2f} s after the first send")
+    assert all(len(ids) == 1 for ids in got)
+    assert sorted(i for ids in got for i in ids) == sorted(f"m{j}" for j in range(polls))
+    assert seconds < 25  # well inside the polls' 30 s hold
+
+
+def test_youzan_commands(server: Served, redis_server: RedisServer) -> None:
+    t, other = topic(), topic()
+    job = f"job-{uuid.uuid4().hex[:6]}"
+    reply = server.youzan(command="add", topic=t, id=job, delay=0, TTR=1, body="hello")
+    assert reply.status_code == 200
+    assert reply.json() == {"success": True, "error": "", "id": job, "value": None}
+    clash = server.youzan(command="add", topic=other, id=job, delay=0, TTR=5, body="x")
+    assert clash.status_code == 409 and clash.json()["success"] is False  # ids span topics
+    popped = server.youzan(command="pop", topic=t).json()
+    assert popped == {"success": True, "error": "", "id": job, "value": "hello"}
+    assert server.youzan(command="pop", topic=t).json()["id"] is None
+    # TTR 1 s: not finished in time, it is reserved again.
+    deadline = time.monotonic() + 10
+    while (again := server.youzan(command="pop", topic=t, timeout=1).json())["id"] is None:
+        assert time.monotonic() < deadline
+    assert again["id"] == job
+    assert server.youzan(command="finish", id=job).json()["success"] is True
+    index = redis_server.client()
+    assert index.hget(f"{server.prefix}.YOUZAN.INDEX", job) is None  # dropped with the job
+    assert server.youzan(command="finish", id=job).status_code == 404
+
+    later = f"later-{uuid.uuid4().hex[:6]}"
+    server.youzan(command="add", topic=t, id=later, delay=60, TTR=5, body="x")
+    finish = server.youzan(command="finish", id=later)
+    assert finish.status_code == 409 and "not reserved" in finish.json()["error"]
+    assert server.youzan(command="delete", id=later).json() == {
+        "success": True, "error": "", "id": later, "value": None}
+    assert server.youzan(command="delete", id=later).status_code == 404
+
+    # A job acked through another protocol leaves the index at the next sweep.
+    third = f"third-{uuid.uuid4().hex[:6]}"
+    server.youzan(command="add", topic=t, id=third, body="x")
+    assert server.youzan(command="pop", topic=t).json()["id"] == third
+    server.camellia("ackMsg", topic=t, msgId=third)
+    deadline = time.monotonic() + 10
+    while index.hget(f"{server.prefix}.YOUZAN.INDEX", third) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    for bad, status in [({"command": "add", "topic": t, "id": "x", "delay": "1"}, 400),
+                        ({"command": "add", "topic": t}, 400),
+                        ({"command": "jump"}, 400), ({"command": "pop"}, 400)]:
+        reply = server.http.post("/youzan/delayQueue", json=bad)
+        assert reply.status_code == status
+        assert reply.json()["success"] is False and reply.json()["error"]
+    reply = server.http.post("/youzan/delayQueue", content=b"{not json")
+    assert reply.status_code == 400 and reply.json()["success"] is False
+
+
+def test_metrics_healthz_and_openapi(server: Served) -> None:
+    t = topic()
+    server.camellia("sendMsg", topic=t, msgId="a", msg="x", delayMillis=0)
+    server.camellia("sendMsg", topic=t, msgId="b", msg="x", delayMillis=90_000)
+    server.camellia("pullMsg", topic=t)
+    text = server.http.get("/metrics").text
+    assert f'dynoqueue_messages_pushed_total{{queue="{t}"}} 2.0' in text
+    assert f'dynoqueue_messages_delivered_total{{queue="{t}"}} 1.0' in text
+    assert f'dynoqueue_leased_messages{{queue="{t}",shard="a"}} 1.0' in text
+    assert f'dynoqueue_delayed_messages{{queue="{t}",shard="a"}} 1.0' in text
+    assert f'dynoqueue_delivery_lateness_seconds_count{{queue="{t}"}} 1.0' in text
+    health = server.http.get("/healthz").json()
+    assert health["status"] == "ok" and set(health["redis_ms"]) >= {"quorum", "non_quorum"}
+    paths = server.http.get("/openapi.json").json()["paths"]
+    assert f"{CAMELLIA}/longPollingMsg" in paths and "/youzan/delayQueue" in paths
+
+
+def test_expired_leases_of_queues_in_redis_come_back_without_a_request(
+        redis_server: RedisServer) -> None:
+    prefix = f"s{uuid.uuid4().hex[:10]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get("abandoned")
+        q.push([Message("m", "x")])
+        assert q.pop(1, lease_ms=1)
+        served = Served(redis_server.url, "--unack-interval-ms", "100", prefix=prefix)
+        try:
+            deadline = time.monotonic() + 10
+            while q.state("m") is not MessageState.READY:  # no request names the topic
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            served.close()
+
+
+def test_token_and_bind_rules(redis_server: RedisServer) -> None:
+    served = Served(redis_server.url, token="s3cret")
+    try:
+        anonymous = httpx.get(f"{served.base}/camellia/delayQueue/getTopicInfoList")
+        assert anonymous.status_code == 401 and anonymous.json()["code"] == 401
+        wrong = httpx.get(f"{served.base}/healthz", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        youzan = httpx.post(f"{served.base}/youzan/delayQueue", json={"command": "pop",
+                                                                      "topic": "t"})
+        assert youzan.status_code == 401 and youzan.json()["success"] is False
+        assert served.http.get("/healthz").status_code == 200  # with the token
+    finally:
+        served.close()
+    refused = subprocess.run([sys.executable, "-m", "dynoqueue", "serve", "--url",
+                              redis_server.url, "--host", "0.0.0.0", "--port", "0"],
+                             env={**os.environ, "PYTHONPATH": str(ROOT),
+                                  "DYNOQUEUE_SERVE_TOKEN": ""},
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == ("dynoqueue serve: refusing to bind 0.0.0.0 without a "
+                                      "token: pass --token or set $DYNOQUEUE_SERVE_TOKEN (or "
+                                      "bind 127.0.0.1)")
