@@ -774,9 +774,7 @@ class QueueCore:
         if not result:
             return None
         index, raw, deliveries, now = result
-        message = Message.from_json(raw, shard=self.shards[int(index) - 1])
-        message.deliveries = int(deliveries)
-        message.receipt = f"{int(deliveries)}:{int(now)}"
+        message = _leased(raw, self.shards[int(index) - 1], int(deliveries), int(now))
         self.events(self.name, "delivered", 1)
         return message
 
@@ -950,19 +948,25 @@ class _Claim:
         got = 0
         for i in range(2, len(result), 3):
             try:
-                message = Message.from_json(result[i + 1], shard=shard)
+                message = _leased(result[i + 1], shard, int(result[i + 2]), now)
             except InvalidMessageError:
                 undecodable.append(as_text(result[i]))
                 continue
-            deliveries = int(result[i + 2])
-            message.deliveries = deliveries
-            message.receipt = f"{deliveries}:{now}"
             self.held[message.id] = (message, lease_until)
             got += 1
         return got, undecodable
 
     def messages(self) -> list[Message]:
         return [m for m, _ in self.held.values()]
+
+
+def _leased(raw: Any, shard: str, deliveries: int, claimed_ms: int) -> Message:
+    """A claimed message with its delivery count and lease receipt, ``deliveries:claim ms``
+    (the form ``receipt_of`` in ``scripts/_prelude.lua`` compares with)."""
+    message = Message.from_json(raw, shard=shard)
+    message.deliveries = deliveries
+    message.receipt = f"{deliveries}:{claimed_ms}"
+    return message
 
 
 def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
