@@ -117,8 +117,8 @@ class ServerState:
         self.monitor[topic].requests[request] += 1
 
     def gap(self, topic: str, lateness_ms: float) -> None:
+        # The lateness histogram is fed by the core's events for every pop (QueueMetrics).
         self.monitor[topic].gaps_ms.append(lateness_ms)
-        self.metrics.observe_lateness(topic, lateness_ms / 1000)
 
     def keys(self, topic: str) -> QueueKeys:
         queues = self.factory()
