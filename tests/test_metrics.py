@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -122,6 +123,71 @@ def test_async_api_counts_the_same(redis_server: RedisServer, prefix: str) -> No
     assert (c["pushed"], c["delivered"], c["acked"], c["nacked"]) == (3, 3, 2, 1)
 
 
+T0 = 1_700_000_000_000  # the injected clock's start, epoch ms
+
+
+def _lateness(registry: CollectorRegistry, queue: str) -> tuple[float, float]:
+    return (value(registry, f"{metric_names.LATENESS}_count", queue=queue),
+            value(registry, f"{metric_names.LATENESS}_sum", queue=queue))
+
+
+async def _late_pops(q: Any, strict: Any, clock: list[int], done: Any) -> None:
+    """One body for both APIs (``done`` awaits a sync call's result or an async call): pops
+    of every kind, each delivery ``clock`` ms after its message fell due."""
+    await done(q.push([Message("now", "x"), Message("soon", "x", timeout=1000),
+                       Message("urgent", "x", priority=5), Message("later", "x", timeout=9000)]))
+    clock[0] = T0 + 2500
+    got = await done(q.pop(10, 0))  # late by 2500, 1500, 2500 (the priority is not time)
+    assert sorted(m.id for m in got) == ["now", "soon", "urgent"]
+    assert await done(q.nack("now", 200))  # due again at T0 + 2700
+    clock[0] = T0 + 3700
+    again = await done(q.unsafe_pop_with_msg_id_all_shards("now"))  # 1000 late
+    assert again is not None and again.deliveries == 2
+    clock[0] = T0 + 9100
+    assert await done(q.pop_msg_with_predicate("x")) is not None  # "later": 100 late
+    await done(strict.push([Message("p9", "x", priority=9), Message("p1", "x", priority=1)]))
+    clock[0] = T0 + 9400
+    # Strict priority: both wait in the ready zset, scored priority * 2**42 + due ms.
+    assert [m.id for m in await done(strict.pop(2, 0))] == ["p1", "p9"]
+
+
+#: (count, sum in s) of the deliveries of _late_pops: 2500 + 1500 + 2500 + 1000 + 100 ms, and
+#: 300 ms twice on the strict queue.
+LATE_POPS = (5, 7.6), (2, 0.6)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_lateness_histogram_counts_every_pop(redis_server: RedisServer, prefix: str,
+                                             api: str) -> None:
+    registry = CollectorRegistry()
+    clock = [T0]
+    options: dict[str, Any] = {"key_prefix": prefix, "unack_handler_interval_ms": 0,
+                               "clock": lambda: clock[0]}  # one shard
+
+    async def value_of(result: Any) -> Any:
+        return await result if api == "async" else result
+
+    async def main() -> None:
+        if api == "sync":
+            with RedisQueues.from_url(redis_server.url, **options) as factory:
+                QueueMetrics(registry).observe(factory)
+                await _late_pops(factory.get("late"), factory.get(
+                    "late-strict", QueuePolicy(strict_priority=True)), clock, value_of)
+        else:
+            async with AsyncRedisQueues.from_url(redis_server.url, **options) as factory:
+                QueueMetrics(registry).observe(factory)
+                await _late_pops(factory.get("late"), factory.get(
+                    "late-strict", QueuePolicy(strict_priority=True)), clock, value_of)
+
+    asyncio.run(main())
+    (count, total), (strict_count, strict_total) = LATE_POPS
+    assert counts(registry, "late")["delivered"] == count
+    assert _lateness(registry, "late") == (count, pytest.approx(total))
+    assert _lateness(registry, "late-strict") == (strict_count, pytest.approx(strict_total))
+    # Every delivery is in a bucket: 100 ms in the 0.1 s bucket, the rest above 0.25 s.
+    assert value(registry, f"{metric_names.LATENESS}_bucket", queue="late", le="0.1") == 1
+
+
 def test_collector_equals_shard_sizes_and_camellia_buckets(queues: RedisQueues) -> None:
     q = queues.get("mixed")
     minute = 60_000
@@ -226,6 +292,7 @@ def test_worker_metrics_time_every_handler(redis_server: RedisServer, prefix: st
 
     with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
                               unack_handler_interval_ms=0) as factory:  # one shard
+        QueueMetrics(registry).observe(factory)
         q = factory.get("work")
         q.push([Message(f"w{i}", "x") for i in range(3)])
         with Worker(q, handle, concurrency=2, hooks=hooks):
@@ -236,6 +303,10 @@ def test_worker_metrics_time_every_handler(redis_server: RedisServer, prefix: st
     assert value(registry, f"{metric_names.HANDLER_DURATION}_count", queue="work") == 3
     assert value(registry, f"{metric_names.HANDLER_DURATION}_sum", queue="work") >= 0.03
     assert WorkerMetrics("work", registry).duration is hooks.duration  # shared per registry
+    # A Worker's pops feed the lateness histogram like any pop: once per delivery.
+    delivered = counts(registry, "work")["delivered"]
+    assert delivered >= 3
+    assert _lateness(registry, "work")[0] == delivered
 
 
 def test_start_http_server_serves_counters_and_gauges(queues: RedisQueues) -> None:

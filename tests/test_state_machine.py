@@ -28,7 +28,11 @@ The model encodes the library's contract:
 
 Each example gets a fresh key prefix on the session redis-server, and its RedisQueues is closed
 (after clearing the queue) when the example ends. Runs once with a bytes client and, shorter,
-once with a decode_responses=True client, each on the sync and on the asyncio API.
+once with a decode_responses=True client, each on the sync and on the asyncio API; and, with
+fewer examples, on every other deployment of tests/deployments.py (ring, sentinel, cluster,
+dynomite: built through ``RedisQueues.from_url`` as the contract suite does, so Cluster's hash
+tags and Dynomite's profile, with scripts sent as text and no doorbell, are exercised), on both
+APIs.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer
 
 from .apis import Bridge
+from .deployments import NAMES, Deployment
 
 SHARDS = ["a", "b", "c"]
 LOCAL = "a"
@@ -133,6 +138,9 @@ class QueueMachine(RuleBasedStateMachine):
     make_clock: ClassVar[Callable[[], Any] | None] = None
     bridge: ClassVar[Bridge | None] = None
     async_client: ClassVar[Any] = None
+    #: Set instead of ``client`` to build the queues through a deployment's builder:
+    #: ``build(**settings)`` returns a RedisQueues (or the asyncio one behind a bridge).
+    build: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -160,7 +168,7 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def start(self, unack_timeout_ms: int, batch: list[Message], max_deliveries: int,
               strict: bool) -> None:
-        assert self.client is not None and self.make_clock is not None
+        assert self.make_clock is not None
         self.clock = self.make_clock()
         self.unack_timeout_ms = unack_timeout_ms
         options: dict[str, Any] = dict(
@@ -170,10 +178,13 @@ class QueueMachine(RuleBasedStateMachine):
             unack_timeout_ms=unack_timeout_ms,
             clock=self.clock,
         )
-        if self.bridge is not None:  # the asyncio API, through a blocking view
+        if self.build is not None:  # a deployment's builder (either API)
+            self.queues = self.build(**options)
+        elif self.bridge is not None:  # the asyncio API, through a blocking view
             self.queues = self.bridge.wrap_factory(AsyncRedisQueues(
                 self.async_client, self.async_client, **options))
         else:
+            assert self.client is not None
             self.queues = RedisQueues(self.client, self.client, **options)
         self.max_deliveries = max_deliveries
         self.strict = strict
@@ -590,3 +601,31 @@ def test_queue_matches_model(
         QueueMachine.bridge = None
         client.close()
         bridge.call(QueueMachine.async_client.aclose())
+
+
+@pytest.mark.deployments(*(name for name in NAMES if name != "single"))
+def test_queue_matches_model_on_every_deployment(
+    deployment: Deployment, clock: Any, api: str, bridge: Bridge,
+) -> None:
+    """The same machine on the multi-process deployments (single is the test above), through
+    the builders, fewer and shorter examples: the deployments differ in how commands travel
+    (replicas' WAIT, Cluster slots and hash tags, Dynomite's racks), not in the model."""
+    QueueMachine.make_clock = type(clock)
+
+    def build(**settings: Any) -> Any:
+        return deployment.build(api=api, bridge=bridge, **settings)
+
+    QueueMachine.build = staticmethod(build)
+    try:
+        run_state_machine_as_test(
+            QueueMachine,
+            settings=settings(
+                max_examples=10,
+                stateful_step_count=20,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+    finally:
+        QueueMachine.build = None
+        QueueMachine.make_clock = None

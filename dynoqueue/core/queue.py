@@ -171,7 +171,8 @@ class QueueCore:
         self.detached = False
         #: Told ``events(queue, kind, count)`` after an operation succeeds, with kind one of
         #: pushed, delivered, acked, nacked, redelivered, dead_lettered, expired (no I/O: see
-        #: dynoqueue.metrics; set through the factory's ``set_events``).
+        #: dynoqueue.metrics; set through the factory's ``set_events``); and, once per message
+        #: a pop delivered, ``late_ms`` with count = its lateness (claim time - due ms, >= 0).
         self.events: Callable[[str, str, int], None] = no_events
 
     def __repr__(self) -> str:
@@ -294,8 +295,10 @@ class QueueCore:
                     if cancelled.late_reply is not None:
                         claim.take(cancelled.late_reply, shard, claim.lease_ms)
                     raise
-                got, undecodable = claim.take(result, shard, claim.lease_ms)
+                got, undecodable, late = claim.take(result, shard, claim.lease_ms)
                 self.events(self.name, "delivered", got)
+                for ms in late:
+                    self.events(self.name, LATE, ms)
                 if undecodable:
                     pairs = [part for mid in undecodable for part in (mid, "")]
                     yield from self._script(QUORUM, "bury", self._life_keys,
@@ -773,9 +776,10 @@ class QueueCore:
     def _claimed_one(self, result: Any) -> Message | None:
         if not result:
             return None
-        index, raw, deliveries, now = result
+        index, raw, deliveries, now, due = result
         message = _leased(raw, self.shards[int(index) - 1], int(deliveries), int(now))
         self.events(self.name, "delivered", 1)
+        self.events(self.name, LATE, max(0, int(now) - int(due)))
         return message
 
     def _check_policy(self) -> Op[None]:
@@ -940,21 +944,25 @@ class _Claim:
         self.lease_ms = lease_ms
         self.held: dict[str, tuple[Message, int]] = {}
 
-    def take(self, result: Any, shard: str, lease_ms: int) -> tuple[int, list[str]]:
-        """Record a claim reply; return how many it leased and the ids that do not decode."""
+    def take(self, result: Any, shard: str,
+             lease_ms: int) -> tuple[int, list[str], list[int]]:
+        """Record a claim reply; return how many it leased, the ids that do not decode, and
+        the lateness of each leased one (claim time - due ms, from the reply: no I/O)."""
         now = int(result[0])
         lease_until = now + lease_ms
         undecodable: list[str] = []
+        late: list[int] = []
         got = 0
-        for i in range(2, len(result), 3):
+        for i in range(2, len(result), 4):  # id, json, deliveries, due ms
             try:
                 message = _leased(result[i + 1], shard, int(result[i + 2]), now)
             except InvalidMessageError:
                 undecodable.append(as_text(result[i]))
                 continue
             self.held[message.id] = (message, lease_until)
+            late.append(max(0, now - int(result[i + 3])))
             got += 1
-        return got, undecodable
+        return got, undecodable, late
 
     def messages(self) -> list[Message]:
         return [m for m, _ in self.held.values()]
@@ -980,6 +988,10 @@ def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]
         else:
             pairs += [validate.message_id(item), ""]
     return pairs
+
+
+#: The event kind that carries one delivery's lateness in ms as its count.
+LATE = "late_ms"
 
 
 def no_events(queue: str, kind: str, count: int) -> None:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from ..model.message import Message
 from ..worker.hooks import WorkerHooks
-from .names import COUNTERS, HANDLER_DURATION, HANDLER_OUTCOMES, LATENESS
+from .names import COUNTERS, HANDLER_DURATION, HANDLER_OUTCOMES, LATE_EVENT, LATENESS
 
 #: Histogram buckets of delivery lateness, seconds (a healthy queue sits in the first ones).
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -56,12 +56,14 @@ class QueueMetrics:
             kind: Counter(name, _HELP[kind], ["queue"], registry=registry)
             for kind, name in COUNTERS.items()}
         self.lateness = Histogram(
-            LATENESS, "Delivery lateness: when a message was delivered minus when it fell due "
-            "(observed where the due time is known: dynoqueue serve's pulls).", ["queue"],
+            LATENESS, "Delivery lateness: when a pop of this process leased a message minus "
+            "when it fell due (every delivery counts).", ["queue"],
             buckets=LATENESS_BUCKETS, registry=registry)
 
     def __call__(self, queue: str, kind: str, count: int) -> None:
-        if count > 0:
+        if kind == LATE_EVENT:  # count: one delivery's lateness in ms (0 counts too)
+            self.lateness.labels(queue).observe(count / 1000)
+        elif count > 0:
             counter = self.counters.get(kind)
             if counter is not None:
                 counter.labels(queue).inc(count)

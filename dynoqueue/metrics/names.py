@@ -14,6 +14,8 @@ COUNTERS: dict[str, str] = {
     "dead_lettered": "dynoqueue_messages_dead_lettered",
     "expired": "dynoqueue_messages_expired",
 }
+#: The core's event that feeds LATENESS: once per delivery, count = its lateness in ms.
+LATE_EVENT = "late_ms"
 LATENESS = "dynoqueue_delivery_lateness_seconds"
 HANDLER_DURATION = "dynoqueue_handler_duration_seconds"
 HANDLER_OUTCOMES = "dynoqueue_handler_outcomes"

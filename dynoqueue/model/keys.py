@@ -8,7 +8,8 @@ For a queue ``Q`` under prefix ``P`` with shard ``S`` (the dyno-queues v1 layout
 
 Beside them, with the same hash tag, the lifecycle keys (see :meth:`QueueKeys.lifecycle_keys`)
 and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GQ.Q.S``, ``P.GROUPOF.Q``,
-``P.GHEAD.Q``, ``P.GSEQ.Q``, ``P.GSWEEP.Q`` (ordered message groups).
+``P.GHEAD.Q``, ``P.GSEQ.Q``, ``P.GSWEEP.Q`` (ordered message groups). Per prefix, not per
+queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue serve``'s Youzan protocol).
 
 With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
 every key of one queue hashes to one slot and each Lua script stays single-slot.
@@ -207,6 +208,17 @@ class QueueKeys:
         lifecycle and ordering keys."""
         v1 = self.all_keys()
         return [*v1, *(k for k in self.lifecycle_keys() if k not in v1)]
+
+
+def youzan_index(prefix: str) -> str:
+    """``P.YOUZAN.INDEX``: hash job id -> its topic and TTR, the index ``dynoqueue serve``'s
+    Youzan protocol keeps beside the queues of prefix ``P`` (Youzan's calls name a job by id
+    only).
+
+    Raises:
+        ConfigurationError: (a ValueError) a prefix :func:`check_name` refuses.
+    """
+    return f"{check_name('key prefix', prefix)}.YOUZAN.INDEX"
 
 
 @dataclass(frozen=True)

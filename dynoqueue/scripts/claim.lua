@@ -3,7 +3,8 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] shard index (1..n), [3] count (1..1000), [4] lease ms
 -- Returns: {now, ms until the next waiting message is due (-1 if none),
---           id1, json1, deliveries1, id2, json2, deliveries2, ...}; a receipt is deliveries:now.
+--           id1, json1, deliveries1, due1, id2, ...}; a receipt is deliveries:now; due: the
+--           epoch ms it fell due (its score without the priority), for delivery lateness.
 -- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check.
 -- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
 -- lowest ready scores are claimed (most urgent first). A grouped message is claimable only as
@@ -18,14 +19,19 @@ local s = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_until = now + tonumber(ARGV[4])
 local p = policy_of(k)
-local from, ids
+local from, scored, split
 if p.strict then
   promote(k, s)
-  from = k.ready(s)
-  ids = redis.call('ZRANGE', from, 0, count - 1)
+  from, split = k.ready(s), split_ready_score
+  scored = redis.call('ZRANGE', from, 0, count - 1, 'WITHSCORES')
 else
-  from = k.queue(s)
-  ids = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'LIMIT', 0, count)
+  from, split = k.queue(s), split_queue_score
+  scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'WITHSCORES', 'LIMIT', 0, count)
+end
+local ids, dues = {}, {}
+for i = 1, #scored, 2 do
+  ids[#ids + 1] = scored[i]
+  dues[#dues + 1] = (split(tonumber(scored[i + 1])))
 end
 local out = {now, -1}
 if #ids > 0 then
@@ -50,6 +56,7 @@ if #ids > 0 then
       out[#out + 1] = id
       out[#out + 1] = jsons[i]
       out[#out + 1] = rec.d
+      out[#out + 1] = dues[i]
     end
   end
   redis.call('ZREM', from, unpack(ids))  -- claimed, ended, or without payload: out of waiting

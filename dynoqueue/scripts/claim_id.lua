@@ -3,8 +3,8 @@
 -- waiting behind its group's current one is not deliverable, so it is not claimed.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] lease ms, [4..] shard indexes to search, in order
--- Returns: {shard index, json, deliveries, now}, or false when not waiting, not yet due, unknown,
--- or ended by its TTL.
+-- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
+-- false when not waiting, not yet due, unknown, or ended by its TTL.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
@@ -26,7 +26,9 @@ for i = 4, #ARGV do
     end
     local deliveries = lease(k, p, id, s, now, tonumber(ARGV[3]), from)
     if not deliveries then return false end
-    return {s, json, deliveries, now}
+    local due = from == k.ready(s) and split_ready_score(tonumber(score))
+                or split_queue_score(tonumber(score))
+    return {s, json, deliveries, now, due}
   end
 end
 return false

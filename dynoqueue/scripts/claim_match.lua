@@ -3,8 +3,8 @@
 -- due ids of those shards first move to the ready zset and "lowest score" means most urgent.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] Lua pattern, [3] lease ms, [4..] shard indexes to search
--- Returns: {shard index, json, deliveries, now}, false when nothing due matches; error
--- BADPATTERN on a bad pattern.
+-- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, false
+-- when nothing due matches; error BADPATTERN on a bad pattern.
 -- Cost: reads every due message of every shard until each shard's first match; keep patterns for
 -- administration, not the hot path.
 local k = lifecycle_keys()
@@ -45,4 +45,5 @@ end
 if not best_id then return false end
 local deliveries = lease(k, p, best_id, best_shard, now, tonumber(ARGV[3]), best_from)
 if not deliveries then return false end
-return {best_shard, best_json, deliveries, now}
+local due = p.strict and split_ready_score(best_score) or split_queue_score(best_score)
+return {best_shard, best_json, deliveries, now, due}

@@ -18,7 +18,7 @@ from ..asyncio.queue import DynoQueue
 from ..errors import DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
-from ..model.keys import QueueKeys, check_name
+from ..model.keys import QueueKeys, check_name, youzan_index
 from ..model.states import QueuePolicy
 from .longpoll import LongPolls
 
@@ -76,7 +76,7 @@ class ServerState:
         self._lock = asyncio.Lock()
         self.monitor: dict[str, TopicMonitor] = defaultdict(TopicMonitor)
         self.monitor_started_ms = int(time.time() * 1000)
-        self.youzan_index = f"{settings.prefix}.YOUZAN.INDEX"
+        self.youzan_index = youzan_index(settings.prefix)
         #: The held pulls, one dispatching pop per topic.
         self.polls = LongPolls()
 
@@ -117,8 +117,8 @@ class ServerState:
         self.monitor[topic].requests[request] += 1
 
     def gap(self, topic: str, lateness_ms: float) -> None:
+        # The lateness histogram is fed by the core's events for every pop (QueueMetrics).
         self.monitor[topic].gaps_ms.append(lateness_ms)
-        self.metrics.observe_lateness(topic, lateness_ms / 1000)
 
     def keys(self, topic: str) -> QueueKeys:
         queues = self.factory()

@@ -6,6 +6,11 @@ returns. Besides each message's zset entry and stored JSON, a row carries its li
 state by Camellia's name, the delivery count, the limit and last error of its ``P.LIFE.Q``
 record and its TTL expiry from ``P.EXPIRY.Q``, all read in one pipelined round trip per
 chunk of ids.
+
+A waiting message lives in exactly one of its shard's queue zset (``P.QUEUE.Q.S``), ready
+zset (``P.READY.Q.S``: due, strict priority) or group line (``P.GQ.Q.S``: behind its ordered
+group's current message); a leased one in the unack zset. The read covers all four, so every
+message shows exactly once.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ _LEASED = MessageState.LEASED.name
 _READY = MessageState.READY.name
 _DELAYED = MessageState.DELAYED.name
 
+#: The zsets of a shard a batch read covers: (kind, ``state`` column).
+QUEUE, READY, UNACK, GROUP = "queue", "ready", "unack", "group"
+_KINDS = ((QUEUE, WAITING), (READY, WAITING), (GROUP, WAITING), (UNACK, UNACKED))
+#: A ready zset score is ``priority * 2**42 + due ms`` (``READY_SCALE`` in _prelude.lua).
+READY_SCALE = 2 ** 42
+
 
 def rank_ranges(size: int, step: int) -> list[tuple[int, int]]:
     """``[(start, stop), ...]``: ranks ``0..size-1`` in inclusive ranges of at most ``step``."""
@@ -47,7 +58,8 @@ class ZsetRange(InputPartition):
 
     Attributes:
         shard: the shard name.
-        state: ``"waiting"`` (the queue zset) or ``"unacked"`` (the unack zset).
+        state: ``"waiting"`` (the queue, ready or group line zset) or ``"unacked"`` (the unack
+            zset).
         key: the zset's key.
         start: first rank, >= 0.
         stop: last rank, inclusive.
@@ -56,6 +68,9 @@ class ZsetRange(InputPartition):
             partition alike.
         policy_max_deliveries: the stored queue policy's ``max_deliveries`` (0: none), for
             messages without a limit of their own.
+        kind: which zset: ``"queue"`` (score due ms + priority/100), ``"ready"`` (strict
+            priority, score priority * 2**42 + due ms), ``"group"`` (an ordered group's line,
+            due ms, priority and group in the member) or ``"unack"`` (score lease expiry ms).
     """
 
     shard: str
@@ -65,6 +80,7 @@ class ZsetRange(InputPartition):
     stop: int
     now_ms: int
     policy_max_deliveries: int
+    kind: str = QUEUE
 
 
 class DynoQueueReader(DataSourceReader):
@@ -79,7 +95,9 @@ class DynoQueueReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[ZsetRange]:
-        """Plan the read: ZCARD every shard's queue and unack zsets, split into rank ranges;
+        """Plan the read: ZCARD every shard's queue, ready, group line and unack zsets (empty
+        ones cost nothing, so queues without strict priority or groups get no more
+        partitions), split into rank ranges;
         read the server's time and the stored queue policy once for all partitions.
 
         Returns:
@@ -91,21 +109,22 @@ class DynoQueueReader(DataSourceReader):
         """
         with connected(self.options) as queues:
             queue = queues.get(self.options.queue)
-            plan = [(shard, state, key)
-                    for shard in queue.shards
-                    for state, key in ((WAITING, queue.keys.queue_shard(shard)),
-                                       (UNACKED, queue.keys.unack_shard(shard)))]
+            keys = queue.keys
+            zset_of = {QUEUE: keys.queue_shard, READY: keys.ready_shard,
+                       GROUP: keys.group_queue_shard, UNACK: keys.unack_shard}
+            plan = [(shard, kind, state, zset_of[kind](shard))
+                    for shard in queue.shards for kind, state in _KINDS]
             conn = queues.non_quorum_conn
             pipe = conn.pipeline(transaction=False)
-            for _, _, key in plan:
+            for *_, key in plan:
                 pipe.zcard(key)
-            pipe.get(queue.keys.policy)
-            with redis_errors("spark_read_partitions", plan[0][2], self.options):
+            pipe.get(keys.policy)
+            with redis_errors("spark_read_partitions", plan[0][3], self.options):
                 *sizes, stored_policy = pipe.execute()
-            now_ms = server_ms(conn, "spark_read_partitions", plan[0][2], self.options)
+            now_ms = server_ms(conn, "spark_read_partitions", plan[0][3], self.options)
         policy_max = QueuePolicy.from_json(stored_policy).max_deliveries if stored_policy else 0
-        return [ZsetRange(shard, state, key, lo, hi, now_ms, policy_max)
-                for (shard, state, key), size in zip(plan, sizes, strict=True)
+        return [ZsetRange(shard, state, key, lo, hi, now_ms, policy_max, kind)
+                for (shard, kind, state, key), size in zip(plan, sizes, strict=True)
                 for lo, hi in rank_ranges(int(size), self.options.split_size)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -127,38 +146,39 @@ class DynoQueueReader(DataSourceReader):
             with redis_errors("spark_read", partition.key, self.options):
                 scored = conn.zrange(partition.key, partition.start, partition.stop,
                                      withscores=True)
-            for i in range(0, len(scored), LOOKUP_CHUNK):
-                chunk = scored[i:i + LOOKUP_CHUNK]
-                ids = [member for member, _ in chunk]
+            entries = [_entry(partition.kind, member, float(score)) for member, score in scored]
+            for i in range(0, len(entries), LOOKUP_CHUNK):
+                chunk = entries[i:i + LOOKUP_CHUNK]
+                ids = [entry.id for entry in chunk]
                 pipe = conn.pipeline(transaction=False)
                 pipe.hmget(keys.message_hash, ids)
                 pipe.hmget(keys.life, ids)
                 pipe.zmscore(keys.expiry, ids)
                 with redis_errors("spark_read", keys.message_hash, self.options):
                     raws, lives, expiries = pipe.execute()
-                for (member, score), raw, life, expires in zip(chunk, raws, lives, expiries,
-                                                               strict=True):
-                    yield self._row(partition, as_text(member), float(score), raw, life,
-                                    expires)
+                for entry, raw, life, expires in zip(chunk, raws, lives, expiries, strict=True):
+                    yield self._row(partition, entry, raw, life, expires)
 
     @staticmethod
-    def _row(p: ZsetRange, message_id: str, score: float, raw: Any, life: Any,
+    def _row(p: ZsetRange, entry: _Entry, raw: Any, life: Any,
              expires: float | None) -> tuple[Any, ...]:
+        message_id = entry.id
         payload = priority = timeout = None
+        group = entry.group
         if raw is not None:
             try:
                 message = Message.from_json(raw)
                 payload, priority, timeout = message.payload, message.priority, message.timeout
+                group = message.group
             except InvalidMessageError as exc:
                 log.warning("unreadable stored message %r: %s", message_id, exc)
         waiting = p.state == WAITING
-        # A waiting score is due ms + priority/100; an unack score is the lease expiry in ms.
-        due = timestamp(math.floor(score)) if waiting else None
-        lease = None if waiting else timestamp(score)
+        due = timestamp(entry.due_ms) if waiting else None
+        lease = None if waiting else timestamp(entry.score)
         if not waiting:
             state = _LEASED
-        else:  # due once score < now + 1, as the claim scripts and info() decide
-            state = _READY if score < p.now_ms + 1 else _DELAYED
+        else:  # due once due < now + 1, as the claim scripts and info() decide
+            state = _READY if entry.due_ms < p.now_ms + 1 else _DELAYED
         rec = decode_record(life)
         own_max = rec.get("m")
         max_deliveries = int(own_max) if own_max is not None else (p.policy_max_deliveries
@@ -166,4 +186,32 @@ class DynoQueueReader(DataSourceReader):
         last_error = rec.get("l")
         return (message_id, payload, priority, timeout, p.shard, p.state, due, lease, None,
                 None, state, int(rec.get("d") or 0), max_deliveries, timestamp(expires),
-                None if last_error is None else str(last_error))
+                None if last_error is None else str(last_error), group)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One zset entry, decoded: the id, its due ms (waiting) or lease expiry (``score``,
+    unack), and the group a group line member names."""
+
+    id: str
+    score: float
+    due_ms: float
+    group: str | None = None
+
+
+def _entry(kind: str, member: bytes | str, score: float) -> _Entry:
+    """Decode a zset entry of ``kind`` (see :class:`ZsetRange`)."""
+    if kind == GROUP:
+        # Member: the group's byte length, ":", the group, due ms (16 digits), push sequence
+        # (16), priority (2), the id (group_insert in _prelude.lua); all scores are 0.
+        raw = member.encode() if isinstance(member, str) else member
+        colon = raw.index(b":")
+        start = colon + 1 + int(raw[:colon])
+        group = raw[colon + 1:start].decode()
+        return _Entry(raw[start + 34:].decode(), score, int(raw[start:start + 16]), group)
+    message_id = as_text(member)
+    if kind == READY:  # priority * 2**42 + due ms, exact in a double
+        return _Entry(message_id, score, score - math.floor(score / READY_SCALE) * READY_SCALE)
+    # A queue score is due ms + priority/100; an unack score is the lease expiry in ms.
+    return _Entry(message_id, score, math.floor(score))

@@ -38,6 +38,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("max_deliveries", "int"),
     ("expires_at", "timestamp"),
     ("last_error", "string"),
+    ("group", "string"),  # the message's ordered group (Message.group), null when none
 )
 
 _DEAD_FIELDS: tuple[tuple[str, str], ...] = (

@@ -210,7 +210,8 @@ class DynoQueueStreamReader(DataSourceStreamReader):
         Yields:
             Rows in :data:`~dynoqueue.spark.rows.COLUMNS` order: ``lifecycle_state``
             ``LEASED``, ``deliveries`` as counted by the claim; ``max_deliveries``,
-            ``expires_at`` and ``last_error`` null.
+            ``expires_at`` and ``last_error`` null; ``group`` the message's (null in batches
+            recorded before the column existed).
 
         Raises:
             RedisOperationError: Redis failed (Spark retries the task).
@@ -227,7 +228,8 @@ class DynoQueueStreamReader(DataSourceStreamReader):
             yield (doc["id"], doc.get("payload"), doc.get("priority"), doc.get("timeout"),
                    doc.get("shard"), UNACKED, None, timestamp(doc["lease_expiry"]),
                    timestamp(doc["claimed_at"]), partition.batch, _LEASED,
-                   None if deliveries is None else int(deliveries), None, None, None)
+                   None if deliveries is None else int(deliveries), None, None, None,
+                   doc.get("group"))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed every batch up to ``end``: ack their messages, drop their records.
@@ -289,6 +291,7 @@ class DynoQueueStreamReader(DataSourceStreamReader):
     def _record(self, number: int, messages: list[Message], claimed_at: int,
                 lease_expiry: int) -> None:
         docs = [orjson.dumps({"id": m.id, "payload": m.payload, "priority": m.priority,
+                              "group": m.group,
                               "timeout": m.timeout, "shard": m.shard, "claimed_at": claimed_at,
                               "lease_expiry": lease_expiry, "deliveries": m.deliveries,
                               "receipt": m.receipt})

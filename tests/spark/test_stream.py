@@ -55,7 +55,7 @@ def test_stream_reader_protocol_replays_recorded_batches(source: dict[str, str],
     assert len(first) == 10 and {r[0] for r in first} <= set(due)
     assert all(r[5] == "unacked" and r[9] == 1 for r in first)
     # Lifecycle columns: LEASED, first delivery; the rest is not known to a claim.
-    assert all(len(r) == len(COLUMNS) and r[10:] == ("LEASED", 1, None, None, None)
+    assert all(len(r) == len(COLUMNS) and r[10:] == ("LEASED", 1, None, None, None, None)
                for r in first)
 
     # The driver dies after recording batch 1 but before Spark logged the offset. The new
