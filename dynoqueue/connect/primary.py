@@ -19,7 +19,9 @@ peer address with it after reading every reply (:mod:`dynoqueue.connect.clients`
 tuple comparison with no extra round trip. A reply from any other node (a write, its ``WAIT``,
 a claim, an error) drops the connection and raises :class:`StalePrimaryError`, a redis-py
 ``ConnectionError``, so the connection's retry budget sends the call again, to the current
-primary. Only when the budget runs out does the call fail,
+primary. While a sentinel holds the named primary objectively down (``+odown``: a failover
+may be promoting another node, and a write it acknowledges then could be lost), no reply
+counts at all. Only when the budget runs out does the call fail,
 with :class:`~dynoqueue.errors.RedisOperationError`.
 
 Re-sending is safe: every state change is one idempotent script (a re-pushed id is moved, never
@@ -43,11 +45,14 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger("dynoqueue.connect")
 
-#: Sentinel events after which the primary's address may have changed: the promoted replica
-#: reports itself primary (the leader then names it, long before the failover ends), the
-#: failover ends, the configuration switches (every sentinel).
-EVENT_CHANNELS = ("+promoted-slave", "+failover-state-reconf-slaves", "+failover-end",
-                  "+switch-master")
+#: Sentinel events after which the watcher asks the sentinels again: the primary is
+#: objectively down (a failover may follow) or back; the promoted replica reports itself
+#: primary (the leader names it from then on, long before the failover ends); the failover
+#: ends; the configuration switches (every sentinel).
+EVENT_CHANNELS = ("+odown", "-odown", "+promoted-slave", "+failover-state-reconf-slaves",
+                  "+failover-end", "+switch-master")
+#: What the check accepts while the named primary is objectively down: no node.
+_NOBODY = ("", -1)
 #: How often the watcher thread looks at its subscriptions (a local poll: nothing is sent).
 LISTEN_TICK_S = 0.1
 #: How often the watcher asks the sentinels even without an event (a missed message, a
@@ -83,6 +88,10 @@ class PrimaryWatcher:
         #: None before the first answer. Replaced as a whole, so it is read without a lock.
         self.address: tuple[str, int] | None = None
         self.epoch = -1
+        #: True while a sentinel holds :attr:`address` objectively down: a failover may be
+        #: promoting another node, so no reply counts (until it is back or replaced).
+        self.doubted = False
+        self._accepted: tuple[str, int] | None = None  # what stale() lets through
         self._sentinels = [redis.Redis(host=h, port=p, **options) for h, p in sentinels]
         self._closed = threading.Event()
         self._wake = threading.Event()
@@ -92,26 +101,26 @@ class PrimaryWatcher:
     # ------------------------------------------------------------------- the hot path
 
     def stale(self, host: Any, port: Any) -> bool:
-        """True when ``host:port`` is not the primary the sentinels name (False while unknown).
+        """True when a reply from ``host:port`` must not count: it is not the primary the
+        sentinels name, or that primary is objectively down (False while nothing is known).
 
         Costs one tuple comparison; a mismatch also wakes the watcher to ask the sentinels at
         once, in case it is the watcher that lags (its answer then arrives within the retry's
         first back-off)."""
-        current = self.address
-        if current is None or (current[0] == host and current[1] == int(port)):
+        accepted = self._accepted
+        if accepted is None or (accepted[0] == host and accepted[1] == port):
             return False
         self._wake.set()
         return True
 
     def error(self, host: Any, port: Any) -> StalePrimaryError:
         """The error a connection to ``host:port`` raises after a refused reply."""
-        return StalePrimaryError(
-            f"{host}:{port} answered, but Sentinel names {self._named()} as the primary of "
-            f"{self.service_name!r}: reply discarded, reconnecting to the current primary")
-
-    def _named(self) -> str:
         current = self.address
-        return "nothing" if current is None else f"{current[0]}:{current[1]}"
+        named = "nothing" if current is None else f"{current[0]}:{current[1]}"
+        why = (f"Sentinel holds {named} objectively down (a failover may be under way)"
+               if self.doubted else f"Sentinel names {named} as the primary")
+        return StalePrimaryError(f"{host}:{port} answered, but {why} of "
+                                 f"{self.service_name!r}: reply discarded, retrying")
 
     # ------------------------------------------------------------------- lifecycle
 
@@ -146,6 +155,7 @@ class PrimaryWatcher:
         config epoch, in one round trip); keep the answer with the highest epoch, never one
         older than already seen. Returns the address now held."""
         best: tuple[int, tuple[str, int]] | None = None
+        down: set[tuple[str, int]] = set()
         for client in self._sentinels:
             if self._closed.is_set():
                 break
@@ -158,15 +168,20 @@ class PrimaryWatcher:
                 continue  # down, partitioned, or not monitoring the service: the others answer
             if not isinstance(state, dict) or not address:
                 continue
+            if state.get("is_odown"):
+                down.add((_text(state.get("ip")), int(state.get("port", 0))))
             epoch = int(state.get("config-epoch", 0))
             if best is None or epoch > best[0]:
                 best = (epoch, (_text(address[0]), int(address[1])))
         if best is not None and best[0] >= self.epoch:
             epoch, address = best
-            if address != self.address:
-                log.info("Sentinel names %s:%d as the primary of %r (config epoch %d)",
-                         address[0], address[1], self.service_name, epoch)
-            self.epoch, self.address = epoch, address
+            doubted = address in down
+            if address != self.address or doubted != self.doubted:
+                log.info("Sentinel names %s:%d as the primary of %r (config epoch %d)%s",
+                         address[0], address[1], self.service_name, epoch,
+                         ", objectively down: no reply counts" if doubted else "")
+            self.epoch, self.address, self.doubted = epoch, address, doubted
+            self._accepted = _NOBODY if doubted else address
         return self.address
 
     def _run(self) -> None:
