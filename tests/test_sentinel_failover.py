@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dynoqueue import DynoQueueError, Message, RedisQueues
+from dynoqueue import Message, RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer, SentinelRing
 
@@ -63,9 +63,6 @@ def test_a_write_to_a_demoted_primary_still_writable_is_not_acknowledged(
                 new = ring.wait_for_new_primary(old, timeout_s=20)
             finally:
                 old.resume()
-            # The sentinels publish +switch-master as they switch; give it a moment to arrive
-            # (a resumed primary is not faster than that in real life either).
-            time.sleep(0.3)
             assert old.info("replication")["role"] == "master"  # demoted, still writable
             q.push([Message("after")])
             assert new.client(decode_responses=True).hexists(q.keys.message_hash, "after"), (
@@ -79,7 +76,7 @@ def test_frozen_primary_with_a_replica_down_loses_no_acknowledged_push() -> None
     then both back (the replica restarted towards the old primary, which satisfies WAIT 1
     there); 2 producers and a consumer per zone run throughout. With min-replicas-to-write 1
     and write_quorum=1, no acknowledged push may be lost."""
-    ledger = Ledger("sentinel frozen primary, replica down")
+    ledger = Ledger("sentinel SIGSTOP + replica down")
     took: dict[str, float] = {}
     with SentinelRing(ZONES, extra_args=SAFE, down_after_ms=500,
                       failover_timeout_ms=2000) as ring:
@@ -147,10 +144,7 @@ def _load(ledger: Ledger, producers: list[Any], consumers: list[Any], fault: Any
                 ledger.delivered([m.id for m in got])
                 if got:
                     q.ack_many(got)
-            except DynoQueueError as exc:
-                ledger.failed(exc)
-                time.sleep(0.05)
-            except Exception as exc:
+            except Exception as exc:  # recorded, as the producers' errors
                 ledger.failed(exc)
                 time.sleep(0.05)
 
