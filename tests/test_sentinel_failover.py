@@ -69,6 +69,8 @@ def test_a_write_to_a_demoted_primary_still_writable_is_not_acknowledged(
                 "the push was acknowledged by the demoted primary, not the one Sentinel names")
         finally:
             queues.close()
+    # Closing the factory ended its watcher thread.
+    assert not [t for t in threading.enumerate() if t.name == "dynoqueue-sentinel-watcher"]
 
 
 def test_frozen_primary_with_a_replica_down_loses_no_acknowledged_push() -> None:
