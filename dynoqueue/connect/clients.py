@@ -119,6 +119,8 @@ class _FollowingSentinelConnection(redis.sentinel.SentinelManagedConnection):
     ``connect_check_health``, which skips the sentinel lookup that ``connect`` does; after a
     failover such a connection retries the dead primary's address until the retry budget
     runs out. Routing that path through ``connect`` makes every reconnect follow the primary.
+    With a ``primary_watcher`` (the quorum connection), it reconnects to the address the
+    watcher follows and refuses replies from any other node (:mod:`dynoqueue.connect.primary`).
     """
 
     _resolving = False
@@ -148,14 +150,14 @@ class _FollowingSentinelConnection(redis.sentinel.SentinelManagedConnection):
 
     def _connect_retry(self) -> None:
         # Reconnect to the primary the watcher follows (known before redis-py's lookup knows).
-        address = self.primary_watcher.address if self.primary_watcher is not None else None
-        if address is None or self._sock:
+        watcher = self.primary_watcher
+        if watcher is None or watcher.address is None or self._sock:
             super()._connect_retry()  # type: ignore[no-untyped-call]
             return
         try:
-            self.connect_to(address)  # type: ignore[no-untyped-call]
+            self.connect_to(watcher.address)  # type: ignore[no-untyped-call]
         except RedisConnectionError:
-            self.primary_watcher.suspect()  # type: ignore[union-attr]
+            watcher.suspect()
             raise
 
     def connect_check_health(self, check_health: bool = True,
@@ -201,14 +203,14 @@ class _AsyncFollowingSentinelConnection(redis.asyncio.sentinel.SentinelManagedCo
             raise watcher.error(self.host, self.port)
 
     async def _connect_retry(self) -> None:
-        address = self.primary_watcher.address if self.primary_watcher is not None else None
-        if address is None or self._reader:
+        watcher = self.primary_watcher
+        if watcher is None or watcher.address is None or self._reader:
             await super()._connect_retry()  # type: ignore[no-untyped-call]
             return
         try:
-            await self.connect_to(address)  # type: ignore[no-untyped-call]
+            await self.connect_to(watcher.address)  # type: ignore[no-untyped-call]
         except RedisConnectionError:
-            self.primary_watcher.suspect()  # type: ignore[union-attr]
+            watcher.suspect()
             raise
 
     async def connect_check_health(self, check_health: bool = True,
