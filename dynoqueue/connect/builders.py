@@ -25,6 +25,7 @@ from ..model.settings import QueueOptions
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
 from .clients import ASYNC, SYNC, Flavor, RetryBudget
 from .failover import AsyncFailoverConnection, FailoverConnection
+from .primary import PrimaryWatcher
 from .urls import TLS_PARAMS, ParsedUrl, host_port, parse_url, redact_url, typed_options
 
 #: Shard of a deployment built without zones.
@@ -151,9 +152,13 @@ def from_sentinel(
     The quorum connection is ``Sentinel.master_for(service_name)``: after a failover it asks
     the sentinels for the new primary on every reconnect, and calls in flight retry within
     ``retry``'s budget (a write that reaches the demoted primary gets READONLY, which also
-    triggers the re-discovery). The non-quorum connection is the local zone's replica from
-    ``replica_urls`` when given, else ``Sentinel.slave_for(service_name)`` (any replica,
-    falling back to the primary when none is up).
+    triggers the re-discovery). A thread follows the sentinels' ``+switch-master`` events
+    (:class:`~dynoqueue.connect.primary.PrimaryWatcher`), and a reply on the quorum connection
+    counts only when it came from the primary they name: one from a demoted primary that is
+    still writable is discarded, and the call retried on the current primary. The non-quorum
+    connection is the local zone's replica from ``replica_urls`` when given, else
+    ``Sentinel.slave_for(service_name)`` (any replica, falling back to the primary when none
+    is up).
 
     Args:
         factory: ``dynoqueue.RedisQueues`` or ``dynoqueue.asyncio.RedisQueues``.
@@ -198,11 +203,18 @@ def from_sentinel(
                                                                           password))
     manager = flavor.sentinel(sentinels, sentinel_kwargs=to_sentinels, **common)
     following = flavor.following_tls if tls else flavor.following
-    primary = manager.master_for(service_name, connection_class=following)
+    # Replies on the quorum connection count only from the primary Sentinel names now.
+    watcher = PrimaryWatcher(sentinels, service_name, {
+        **to_sentinels, "retry": SYNC.make_retry(RetryBudget(retries=0), endpoint)})
+    primary = manager.master_for(service_name, connection_class=following,
+                                 primary_watcher=watcher)
     if local is None:
         local = (manager.slave_for(service_name, connection_class=following)
                  if read_from_replicas else primary)
-    return _build(factory, primary, local, key_prefix, supplier, settings)
+    queues = _build(factory, primary, local, key_prefix, supplier, settings)
+    queues.own_connections([watcher])  # type: ignore[attr-defined]
+    watcher.start()
+    return queues
 
 
 def from_cluster(

@@ -22,9 +22,15 @@ import redis.cluster
 import redis.retry
 import redis.sentinel
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, AuthenticationWrongNumberOfArgsError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..errors import ConfigurationError
+from .primary import PrimaryWatcher
 
 log = logging.getLogger("dynoqueue.connect")
 
@@ -113,9 +119,46 @@ class _FollowingSentinelConnection(redis.sentinel.SentinelManagedConnection):
     ``connect_check_health``, which skips the sentinel lookup that ``connect`` does; after a
     failover such a connection retries the dead primary's address until the retry budget
     runs out. Routing that path through ``connect`` makes every reconnect follow the primary.
+    With a ``primary_watcher`` (the quorum connection), it reconnects to the address the
+    watcher follows and refuses replies from any other node (:mod:`dynoqueue.connect.primary`).
     """
 
     _resolving = False
+
+    def __init__(self, *, primary_watcher: PrimaryWatcher | None = None, **kwargs: Any) -> None:
+        # The quorum connection gets the watcher (from_sentinel); replica connections do not.
+        self.primary_watcher = primary_watcher
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        """A reply, only if it came from the node Sentinel names as primary now (any reply,
+        an error one too; see :mod:`dynoqueue.connect.primary`): else the connection drops and
+        :class:`~dynoqueue.connect.primary.StalePrimaryError` lets the retry go there."""
+        try:
+            reply = super().read_response(*args, **kwargs)
+        except ResponseError:
+            self._check_source()
+            raise
+        self._check_source()
+        return reply
+
+    def _check_source(self) -> None:
+        watcher = self.primary_watcher
+        if watcher is not None and watcher.stale(self.host, self.port):
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise watcher.error(self.host, self.port)
+
+    def _connect_retry(self) -> None:
+        # Reconnect to the primary the watcher follows (known before redis-py's lookup knows).
+        watcher = self.primary_watcher
+        if watcher is None or watcher.address is None or self._sock:
+            super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        try:
+            self.connect_to(watcher.address)  # type: ignore[no-untyped-call]
+        except RedisConnectionError:
+            watcher.suspect()
+            raise
 
     def connect_check_health(self, check_health: bool = True,
                              retry_socket_connect: bool = True) -> None:
@@ -138,6 +181,37 @@ class _AsyncFollowingSentinelConnection(redis.asyncio.sentinel.SentinelManagedCo
     """:class:`_FollowingSentinelConnection` for redis.asyncio, which has the same gap."""
 
     _resolving = False
+
+    def __init__(self, *, primary_watcher: PrimaryWatcher | None = None, **kwargs: Any) -> None:
+        self.primary_watcher = primary_watcher
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        """As :meth:`_FollowingSentinelConnection.read_response`."""
+        try:
+            reply = await super().read_response(*args, **kwargs)
+        except ResponseError:
+            await self._check_source()
+            raise
+        await self._check_source()
+        return reply
+
+    async def _check_source(self) -> None:
+        watcher = self.primary_watcher
+        if watcher is not None and watcher.stale(self.host, self.port):
+            await self.disconnect()
+            raise watcher.error(self.host, self.port)
+
+    async def _connect_retry(self) -> None:
+        watcher = self.primary_watcher
+        if watcher is None or watcher.address is None or self._reader:
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        try:
+            await self.connect_to(watcher.address)  # type: ignore[no-untyped-call]
+        except RedisConnectionError:
+            watcher.suspect()
+            raise
 
     async def connect_check_health(self, check_health: bool = True,
                                    retry_socket_connect: bool = True) -> None:
