@@ -347,3 +347,19 @@ def test_fault_a_killed_zone_loses_nothing(ring) -> None:
     assert worst <= budget_s, f"slowest delivery {worst:.2f} s > grace + lease ({budget_s} s)"
     print(f"completed after the kill: {len(late)}; slowest {worst:.2f} s after its push "
           f"(or the kill); budget {budget_s:.1f} s")
+
+
+def test_the_ops_discover_command_registers_every_queue(redis_server, prefix, capsys) -> None:
+    from dynoqueue.cli import main
+
+    client = redis_server.client(decode_responses=True)
+    try:
+        client.hset(f"{prefix}.MESSAGE.java1", "j1", '{"id":"j1","timeout":0,"priority":0}')
+        client.hset(f"{prefix}.MESSAGE.java2", "j2", '{"id":"j2","timeout":0,"priority":0}')
+        code = main(["discover", "--url", redis_server.url, "--prefix", prefix, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert '"registered"' in out and "java1" in out and "java2" in out
+        assert client.smembers(f"{prefix}.QUEUES") == {"java1", "java2"}
+    finally:
+        client.close()
