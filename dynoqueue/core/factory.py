@@ -208,9 +208,11 @@ class QueuesBase(Generic[Q]):
         opened = {core.name for core in cores}
         names: list[str] = []
         try:
-            # Every pass, not once: a clear() elsewhere takes a queue out of the registry.
-            yield from self.zones.register(opened, again=True)
             names = yield from self.zones.known()
+            # Checked every pass, not once: a clear() elsewhere takes a queue out of it.
+            missing = opened.difference(names)
+            if missing:
+                yield from self.zones.register(missing, again=True)
         except Exception:  # the reprocessor must survive anything (dyno-queues #85)
             log.exception("reading the queue registry %s failed", self.zones.keys.queues)
         for name in names:
