@@ -363,3 +363,17 @@ def test_the_ops_discover_command_registers_every_queue(redis_server, prefix, ca
         assert client.smembers(f"{prefix}.QUEUES") == {"java1", "java2"}
     finally:
         client.close()
+
+
+@BOTH_APIS
+@pytest.mark.deployments("single")
+def test_the_reprocessor_of_either_api_beats_and_adopts_by_itself(make_queues, raw,
+                                                                  prefix) -> None:
+    ticking = {"unack_handler_interval_ms": 60_000, "orphan_shard_grace_ms": 150}
+    zone_a = make_queues(**ticking)
+    gone = make_queues(shard_supplier=_in("c"), orphan_shard_grace_ms=150)
+    gone.process_unacks()  # zone c beats once, then stops
+    gone.close()
+    assert eventually(lambda: raw.hget(f"{prefix}.ZONES", "a") is not None, 2)
+    # No unack pass is due for a minute: the heartbeat alone finds zone c orphaned.
+    assert eventually(lambda: zone_a.zones.orphaned == ("c",), 2)
