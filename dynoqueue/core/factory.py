@@ -165,6 +165,8 @@ class QueuesBase(Generic[Q]):
             self._events = events
             for queue in self._queues.values():
                 queue._core.events = events
+            for core in list(self._discovered.values()):
+                core.events = events
 
     def own_connections(self, clients: Sequence[Any]) -> None:
         """Take ownership of ``clients``: closing the factory closes them (used by builders)."""
@@ -248,9 +250,10 @@ class QueuesBase(Generic[Q]):
                 return None
             # Apply what the queue has stored, never this factory's policy: not opened here.
             core.policy, core._policy_checked = None, True
-            core.events = self._events
             core.zones = self.zones
-            self._discovered[name] = core
+            with self._lock:
+                core.events = self._events
+                self._discovered[name] = core
         return core
 
     def reprocess_tick_ms(self) -> int:
