@@ -1,9 +1,10 @@
 """Which queues exist under a prefix and which zones are alive: what makes the unack pass cover
 every queue in Redis and every shard, not only the queues and the shard of one process.
 
-* The queue registry ``P.QUEUES`` (a set): a queue's name is added once per process, before
-  its first push and at the first unack pass that sees it opened; each unack pass reads the
-  set (one SMEMBERS, no scan of the keyspace) and handles every queue in it.
+* The queue registry ``P.QUEUES`` (a set): a queue's name is added once per process before
+  its first push, and by any unack pass of a factory that has it open while the set lacks it;
+  each unack pass reads the set (one SMEMBERS, no scan of the keyspace) and handles every
+  queue in it. Java v1 clients do not write it: ``discover_queues`` (a SCAN) adds theirs.
 * The zone heartbeat ``P.ZONES`` (a hash shard -> last beat, epoch ms): every factory beats
   for its local shard; a shard whose last beat is older than ``orphan_shard_grace_ms`` is
   orphaned, and every surviving factory adopts it: its unack pass puts back that shard's
