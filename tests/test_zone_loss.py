@@ -59,8 +59,9 @@ def test_an_expired_lease_of_a_queue_another_zone_never_opened_is_put_back(make_
 
 @BOTH_APIS
 @pytest.mark.deployments("single", "ring", "cluster", "dynomite")
-def test_survivors_adopt_the_shard_of_a_zone_without_a_live_factory(make_queues) -> None:
-    grace = {"orphan_shard_grace_ms": 300}
+def test_survivors_adopt_the_shard_of_a_zone_without_a_live_factory(make_queues,
+                                                                    clock) -> None:
+    grace = {"orphan_shard_grace_ms": 300, "clock": clock}  # heartbeats and leases: its time
     zone_a, zone_c = make_queues(**grace), make_queues(shard_supplier=_in("c"), **grace)
     name = unique("adopt")
     qa, qc = zone_a.get(name), zone_c.get(name)
@@ -72,11 +73,11 @@ def test_survivors_adopt_the_shard_of_a_zone_without_a_live_factory(make_queues)
     assert (leased.id, leased.shard) == ("lost-lease", "c")
     qc.push([Message("b2"), Message("c2")])  # b, c
     zone_c.close()
-    time.sleep(0.15)
+    clock.advance(150)
     # Within the grace period zone c is still alive: its shard is its own.
     assert zone_a.process_unacks() == 0
     assert {m.id for m in qa.pop(10)} == {"waiting"}
-    time.sleep(0.35)
+    clock.advance(151)
     assert zone_a.process_unacks() == 1  # now orphaned: its expired lease is put back
     assert zone_a.zones.orphaned == ("c",)
     got = qa.pop(10)
