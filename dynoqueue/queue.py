@@ -99,7 +99,9 @@ class DynoQueue(QueueBase):
         """Lease up to ``count`` due messages from the local shard, oldest visibility first (with
         the policy's ``strict_priority``: the lowest priority number first, then the oldest).
         Of an ordered group only its current message is deliverable, and only while no other
-        message of the group is leased.
+        message of the group is leased. Once the local shard has none due, the orphaned shards
+        this factory adopts (zones without a live factory for ``orphan_shard_grace_ms``) are
+        drained too, local first (docs/semantics.md, "Zone loss").
 
         Each returned message is moved to the unack set with a lease of ``unack_timeout_ms``;
         ack it within the lease, extend it with :meth:`set_unack_timeout`, or it is delivered
@@ -518,7 +520,8 @@ class DynoQueue(QueueBase):
         return self._run(self._core.find_stale_messages())
 
     def process_unacks(self) -> int:
-        """Put back messages of the local shard whose lease expired, so they are delivered again.
+        """Put back messages of the local shard whose lease expired, so they are delivered again
+        (and of the orphaned shards the factory adopts, at most 2 000 per shard and call).
 
         Each is due at its lease expiry plus its priority fraction (so at once, oldest first).
         Leased ids whose payload is gone are dropped. Runs as many batches as needed. The unack

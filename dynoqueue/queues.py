@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 
 from .connect import builders
 from .core.factory import QueuesBase
+from .core.requests import Step
 from .io.sync import SyncDriver
 from .model.settings import QueueOptions
 from .model.sharding import ShardSupplier
@@ -47,7 +48,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
             replacing the server's TIME), ``max_payload_bytes`` (default 1 MiB),
             ``poll_interval_ms`` (longest sleep of a waiting pop that no doorbell wakes,
             default 1 000), ``hash_tag`` (Cluster hash tags; default on for a RedisCluster),
-            ``doorbell`` (pub/sub doorbell; False for Dynomite).
+            ``doorbell`` (pub/sub doorbell; False for Dynomite), ``orphan_shard_grace_ms``
+            (how long a zone may go without a live factory before the others adopt its shard,
+            ms, >= 0, default 30 000; 0: never).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
@@ -111,7 +114,11 @@ class RedisQueues(QueuesBase[DynoQueue]):
         return builders.from_cluster(cls, nodes, **kwargs)
 
     def process_unacks(self) -> int:
-        """Run one unack pass over every queue now (what the reprocessor thread does).
+        """Run one unack pass now (what the reprocessor thread does): write this zone's
+        heartbeat, then put back expired leases on the local shard and on every orphaned shard
+        this factory adopts, for every queue it opened and every queue in the registry
+        ``P.QUEUES`` (see docs/semantics.md, "Zone loss"). Mirrors ``processUnacks`` run
+        for all queues.
 
         Errors of one queue are logged and do not stop the others.
 
@@ -160,7 +167,29 @@ class RedisQueues(QueuesBase[DynoQueue]):
                  tb: TracebackType | None) -> None:
         self.close()
 
+    def discover_queues(self) -> list[str]:
+        """Find every queue under the key prefix with a SCAN and add it to the queue registry,
+        so that every factory's unack pass covers it from then on. A one-off call for queues
+        that no dynoqueue process pushed to (Java v1 clients do not write the registry); the
+        passes themselves never scan. Mirrors no dyno-queues call (its reprocessor covers
+        only the queues a process opened).
+
+        Returns:
+            The names found (and the queues this factory opened), sorted.
+
+        Raises:
+            AccessDeniedError: the ACL user may not SCAN.
+            RedisOperationError: Redis failed.
+        """
+        from .conductor.calls import outcome
+        from .conductor.listing import queue_names
+
+        step = Step(queue_names(self, "discover_queues"))
+        while step.pending:
+            step.send(*outcome(step.request))
+        return self._driver.run(self._register_found(step.result))
+
     def _reprocess_loop(self) -> None:
-        interval_s = self.unack_handler_interval_ms / 1000
-        while not self._stop.wait(interval_s):
-            self.process_unacks()
+        tick_s = self.reprocess_tick_ms() / 1000
+        while not self._stop.wait(tick_s):
+            self._driver.run(self._reprocess_tick())

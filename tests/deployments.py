@@ -30,6 +30,7 @@ from dynoqueue.embedded import (
     Topology,
     ZoneRing,
 )
+from dynoqueue.model.keys import PrefixKeys
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
@@ -145,13 +146,17 @@ class DeploymentPool:
 def rack_contents(topology: DynomiteTopology, prefix: str) -> dict[str, dict[str, Any]]:
     """What each rack's redis-servers hold under ``prefix``, read directly (not through
     Dynomite): rack -> key -> a hash's {field: value} or a sorted set's sorted ids. Lease
-    scores are left out: concurrent claims may apply in different orders on different racks."""
+    scores are left out: concurrent claims may apply in different orders on different racks.
+    The prefix's queue registry and zone heartbeats are no queue's: left out too."""
+    shared = PrefixKeys(prefix)
     contents: dict[str, dict[str, Any]] = {}
     for rack in topology.racks:
         keys: dict[str, Any] = {}
         for node in topology.rack(rack):
             with node.backend.client(decode_responses=True) as backend:
                 for key in backend.keys(f"{prefix}.*"):
+                    if key in (shared.queues, shared.zones):
+                        continue
                     if backend.type(key) == "hash":
                         keys[key] = backend.hgetall(key)
                     else:

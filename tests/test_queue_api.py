@@ -127,8 +127,11 @@ def test_storage_is_the_dyno_queues_v1_layout(make_queues, raw, prefix, clock) -
     )
     assert raw.zscore(f"{prefix}.QUEUE.layout.b", "x001") == pytest.approx(
         clock.now_ms + 20_000 + 0.03, abs=1e-6)
+    # Beside the v1 keys, the prefix's queue registry (docs/semantics.md, "Zone loss").
     assert sorted(raw.keys(f"{prefix}.*")) == [f"{prefix}.MESSAGE.layout",
-                                               f"{prefix}.QUEUE.layout.b"]
+                                               f"{prefix}.QUEUE.layout.b",
+                                               f"{prefix}.QUEUES"]
+    assert raw.smembers(f"{prefix}.QUEUES") == {"layout"}
 
 
 @pytest.mark.deployments("single", "ring", "sentinel", "dynomite")  # Java: no hash tags

@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from ..connect import builders
 from ..core.factory import QueuesBase
+from ..core.requests import Step
 from ..io.aio import AsyncDriver
 from ..model.states import QueuePolicy
 from ..queues import RedisQueues as SyncRedisQueues
@@ -108,12 +109,23 @@ class RedisQueues(QueuesBase[DynoQueue]):
             self._reprocessor = asyncio.get_running_loop().create_task(
                 self._reprocess_loop(), name="dynoqueue-unack-reprocessor")
 
+    async def discover_queues(self) -> list[str]:
+        """See :meth:`dynoqueue.RedisQueues.discover_queues`."""
+        from ..conductor.calls import outcome_async
+        from ..conductor.listing import queue_names
+
+        step = Step(queue_names(self, "discover_queues"))
+        while step.pending:
+            step.send(*(await outcome_async(step.request)))
+        names: list[str] = await self._driver.run(self._register_found(step.result))
+        return names
+
     async def _reprocess_loop(self) -> None:
-        interval_s = self.unack_handler_interval_ms / 1000
+        tick_s = self.reprocess_tick_ms() / 1000
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(tick_s)
             try:
-                await self.process_unacks()
+                await self._driver.run(self._reprocess_tick())
             except Exception:  # the task must survive anything (dyno-queues #85)
                 log.exception("unack pass failed")
 

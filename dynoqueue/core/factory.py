@@ -21,6 +21,7 @@ from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
 from .queue import QueueCore, guarded, no_events
 from .requests import QUORUM, READ, Command, Op
+from .zones import ZoneWatch
 
 log = logging.getLogger("dynoqueue.queues")
 
@@ -105,6 +106,12 @@ class QueuesBase(Generic[Q]):
         self._lock = threading.Lock()
         self._closed = False
         self._events: Callable[[str, str, int], None] = no_events
+        #: The queue registry and zone heartbeat (see :mod:`dynoqueue.core.zones`).
+        self.zones = ZoneWatch(self.settings)
+        #: Cores of queues found in the registry that this factory has not opened: the unack
+        #: pass handles them too (with the policy stored in Redis, not this factory's).
+        self._discovered: dict[str, QueueCore] = {}
+        self._next_pass = time.monotonic() + self.unack_handler_interval_ms / 1000
 
     def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
@@ -136,6 +143,7 @@ class QueuesBase(Generic[Q]):
                                  quorum_cluster=self.settings.cluster,
                                  replica_reads=self._replica_reads, policy=policy)
                 core.events = self._events
+                core.zones = self.zones
                 queue = self.queue_class(core, self._driver)
                 self._queues[queue_name] = queue
             return queue
@@ -157,6 +165,8 @@ class QueuesBase(Generic[Q]):
             self._events = events
             for queue in self._queues.values():
                 queue._core.events = events
+            for core in list(self._discovered.values()):
+                core.events = events
 
     def own_connections(self, clients: Sequence[Any]) -> None:
         """Take ownership of ``clients``: closing the factory closes them (used by builders)."""
@@ -167,6 +177,8 @@ class QueuesBase(Generic[Q]):
         self._closed = True
         for queue in self.queues():
             queue._core.closed = queue._core.detached = True
+        for core in list(self._discovered.values()):
+            core.closed = core.detached = True
         owned, self._owned = self._owned, []
         return owned
 
@@ -190,15 +202,80 @@ class QueuesBase(Generic[Q]):
         return (yield Command(role, args))
 
     def _unack_pass(self) -> Op[int]:
-        """One unack pass over every open queue; one queue's error is logged, not raised."""
+        """One unack pass: the zone heartbeat, then every open queue of this factory and every
+        queue in the registry (each on the local shard and the adopted ones); one queue's
+        error is logged, not raised."""
+        yield from self._beat()
+        cores = [queue._core for queue in self.queues() if not queue.closed]
+        opened = {core.name for core in cores}
+        names: list[str] = []
+        try:
+            names = yield from self.zones.known()
+            # Checked every pass, not once: a clear() elsewhere takes a queue out of it.
+            missing = opened.difference(names)
+            if missing:
+                yield from self.zones.register(missing, again=True)
+        except Exception:  # the reprocessor must survive anything (dyno-queues #85)
+            log.exception("reading the queue registry %s failed", self.zones.keys.queues)
+        for name in names:
+            if name not in opened and (core := self._discovered_core(name)) is not None:
+                cores.append(core)
         total = 0
-        for queue in self.queues():
+        for core in cores:
             if self._closed:
                 break
-            if queue.closed:
-                continue
             try:
-                total += yield from queue._core.process_unacks()
+                total += yield from core.process_unacks()
             except Exception:  # the reprocessor must survive anything (dyno-queues #85)
-                log.exception("unack processing failed for queue %s", queue.name)
+                log.exception("unack processing failed for queue %s", core.name)
         return total
+
+    def _beat(self) -> Op[None]:
+        """Write the zone heartbeat and refresh the adopted shards; a failure is logged (the
+        adopted shards stay as they were)."""
+        try:
+            yield from self.zones.beat()
+        except Exception:
+            log.exception("zone heartbeat %s failed", self.zones.keys.zones)
+
+    def _discovered_core(self, name: str) -> QueueCore | None:
+        """The core of a registry queue this factory has not opened (None: a name that is no
+        queue name, written by something else)."""
+        core = self._discovered.get(name)
+        if core is None:
+            try:
+                core = QueueCore(name, self.settings, quorum_cluster=self.settings.cluster,
+                                 replica_reads=self._replica_reads)
+            except ConfigurationError:
+                return None
+            # Apply what the queue has stored, never this factory's policy: not opened here.
+            core.policy, core._policy_checked = None, True
+            core.zones = self.zones
+            with self._lock:
+                core.events = self._events
+                self._discovered[name] = core
+        return core
+
+    def reprocess_tick_ms(self) -> int:
+        """How often the reprocessor wakes: every unack interval, and at least three times per
+        grace period so that a live zone never looks orphaned (0: no reprocessor)."""
+        interval = self.unack_handler_interval_ms
+        grace = self.settings.orphan_shard_grace_ms
+        if interval <= 0 or grace <= 0:
+            return interval
+        return max(1, min(interval, grace // 3))
+
+    def _reprocess_tick(self) -> Op[int]:
+        """What the reprocessor does when it wakes: the unack pass when it is due, else only
+        the zone heartbeat. Returns how many messages were put back."""
+        now = time.monotonic()
+        if now < self._next_pass:
+            yield from self._beat()
+            return 0
+        self._next_pass = now + self.unack_handler_interval_ms / 1000
+        return (yield from self._unack_pass())
+
+    def _register_found(self, names: Sequence[str]) -> Op[list[str]]:
+        """Add ``names`` (found by a SCAN) to the registry; return them."""
+        yield from self.zones.register(names, again=True)
+        return list(names)

@@ -15,7 +15,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
     AskError,
@@ -68,6 +68,9 @@ from .requests import (
     WaitBell,
 )
 
+if TYPE_CHECKING:
+    from .zones import ZoneWatch
+
 log = logging.getLogger("dynoqueue.queue")
 
 #: Most messages one script call pushes, claims or re-queues: bounds how long Redis is blocked.
@@ -86,6 +89,9 @@ CLUSTER_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
 SLOT_MOVED_ERRORS = (AskError, ClusterDownError, TryAgainError, ReadOnlyError)
 _NODE_LOST = (RedisConnectionError, RedisTimeoutError, *SLOT_MOVED_ERRORS)
 _SET_TIMEOUT_ATTEMPTS = 5
+#: Most batches of expired leases one unack pass puts back per adopted (orphaned) shard: the
+#: survivors share that work, and a pass must not stall on a dead zone's backlog.
+ADOPTED_REQUEUE_BATCHES = 4
 #: Longest error text a nack records (longer ones are cut): it is kept with the message.
 _MAX_ERROR_CHARS = 4096
 _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
@@ -174,6 +180,9 @@ class QueueCore:
         #: dynoqueue.metrics; set through the factory's ``set_events``); and, once per message
         #: a pop delivered, ``late_ms`` with count = its lateness (claim time - due ms, >= 0).
         self.events: Callable[[str, str, int], None] = no_events
+        #: The factory's queue registry and zone heartbeat (None: this queue registers
+        #: nothing and adopts no shard).
+        self.zones: ZoneWatch | None = None
 
     def __repr__(self) -> str:
         return f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r})"
@@ -203,6 +212,10 @@ class QueueCore:
                      _opt(m.due_at_ms), _opt(m.max_deliveries), _opt(m.ttl_ms),
                      m.group or ""]
         keys = self._life_keys
+        if self.zones is not None and not self.zones.registered(self.name):
+            # Before the data, so a queue that holds messages is always in the registry.
+            yield from self._guard(operation, self.keys.message_hash,
+                                   self.zones.register([self.name]))
         step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(0, len(args), step)]
         if len(chunks) == 1:
@@ -233,7 +246,7 @@ class QueueCore:
                                                                             low=1)
         enough = count if min_count is None else validate.int_at_least("min_count", min_count, 1)
         self._check_open()
-        order = self._local_first if all_shards else [self._local]
+        order = self._local_first if all_shards else [self._local, *self._adopted()]
         if count == 0:
             return []
         claim = _Claim(order, count, lease)
@@ -682,20 +695,26 @@ class QueueCore:
     # ----------------------------------------------------------------------------- upkeep
 
     def process_unacks(self) -> Op[int]:
-        """Put back expired leases of the local shard (dead-lettering those at their max
-        deliveries), then the lifecycle sweep: TTL expiry, retention ends, orphaned records."""
+        """Put back expired leases of the local shard, then of the orphaned shards the factory
+        adopts (at most :data:`ADOPTED_REQUEUE_BATCHES` batches each per pass), dead-lettering
+        those at their max deliveries; then the lifecycle sweep: TTL expiry, retention ends,
+        orphaned records."""
         self._check_attached()
         requeued = stale = dead = 0
-        local = self._local + 1
-        while True:
-            (result,) = yield from self._write(
-                "process_unacks", "requeue_expired",
-                [(self._life_keys, [self._now_arg(), local, SCRIPT_BATCH])], replicate=False)
-            requeued += int(result[0])
-            stale += int(result[1])
-            dead += int(result[3])
-            if not int(result[2]):
-                break
+        for index in [self._local, *self._adopted()]:
+            batches = 0
+            while True:
+                (result,) = yield from self._write(
+                    "process_unacks", "requeue_expired",
+                    [(self._life_keys, [self._now_arg(), index + 1, SCRIPT_BATCH])],
+                    replicate=False)
+                requeued += int(result[0])
+                stale += int(result[1])
+                dead += int(result[3])
+                batches += 1
+                if not int(result[2]) or (index != self._local
+                                          and batches >= ADOPTED_REQUEUE_BATCHES):
+                    break
         while True:
             (swept,) = yield from self._write(
                 "process_unacks", "sweep", [(self._life_keys, [self._now_arg(), SCRIPT_BATCH])],
@@ -722,6 +741,8 @@ class QueueCore:
         self._check_open()
         keys = self.keys.every_key()
         yield from self._guard("clear", keys[0], self._command(QUORUM, "DEL", *keys))
+        if self.zones is not None:
+            yield from self._guard("clear", keys[0], self.zones.forget(self.name))
         # The stored policy went too: store this process's again at its next call.
         self._policy_checked = self.policy is None
 
@@ -754,12 +775,20 @@ class QueueCore:
     def _shard_index(self, message: Message) -> int:
         if message.group is not None:
             return self._group_shard(message.group)
-        shard = self._strategy.get_next_shard(self.shards, message)
+        shards = self.shards
+        if self.zones is not None and self.zones.orphaned and getattr(
+                self._strategy, "skip_orphaned", False):
+            shards = [s for s in shards if s not in self.zones.orphaned]
+        shard = self._strategy.get_next_shard(shards, message)
         try:
             return self.shards.index(shard)
         except ValueError:
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
+
+    def _adopted(self) -> list[int]:
+        """The indices of the orphaned shards this queue's factory adopts now."""
+        return [] if self.zones is None else self.zones.adopted(self.shards)
 
     def _group_shard(self, group: str) -> int:
         """The index of the shard a group's messages live in: CRC32 of its UTF-8 bytes modulo

@@ -47,6 +47,7 @@ from .. import (
 )
 from ..errors import DynoQueueError, InvalidArgumentError, QuorumNotReachedError
 from ..model.clock import system_clock_ms
+from ..model.keys import PrefixKeys
 from ..worker import WorkerHooks
 from .flights import (
     AIRPORT_ZONES,
@@ -524,6 +525,11 @@ def _run(
                 next(iter(zones.values())).queue.clear()
         for zone in zones.values():
             zone.factory.close()
+        if options.redis_url:  # and the run's queue registry and zone heartbeats
+            with contextlib.suppress(redis.RedisError, ValueError), redis.Redis.from_url(
+                    options.redis_url) as leftover:
+                keys = PrefixKeys(prefix)
+                leftover.delete(keys.queues, keys.zones)
     shards = {name: zone.queue.local_shard for name, zone in zones.items()}
     return _report(options, reminders, offsets, compression, topology, prefix, tracker, shards,
                    sizes, (finished_ms - start_ms) / 1000, dead_letters)

@@ -273,3 +273,35 @@ class StreamKeys:
     def batch(self, number: int) -> str:
         """``P.SPARK.{Q}.C.BATCH.n``: list of the claimed messages (JSON) of batch ``number``."""
         return f"{self._base}.BATCH.{number}"
+
+
+@dataclass(frozen=True)
+class PrefixKeys:
+    """The key names one key prefix shares across its queues (no hash tag: one key each, so
+    no script touches them together with a queue's keys).
+
+    * ``P.QUEUES``  set: the name of every queue dynoqueue has pushed to or served under ``P``
+      (the unack reprocessor's list of queues; Java v1 clients do not write it)
+    * ``P.ZONES``   hash: shard -> the epoch ms a factory whose local shard it is last beat
+
+    Attributes:
+        prefix: the key prefix.
+
+    Raises:
+        ConfigurationError: (a ValueError) a bad prefix.
+    """
+
+    prefix: str
+
+    def __post_init__(self) -> None:
+        check_name("key prefix", self.prefix)
+
+    @property
+    def queues(self) -> str:
+        """``P.QUEUES``: set of the queue names known under the prefix."""
+        return f"{self.prefix}.QUEUES"
+
+    @property
+    def zones(self) -> str:
+        """``P.ZONES``: hash shard -> last heartbeat of a factory of that shard, epoch ms."""
+        return f"{self.prefix}.ZONES"

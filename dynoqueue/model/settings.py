@@ -41,6 +41,12 @@ class QueueOptions(TypedDict, total=False):
             else dyno-queues' behaviour (no limits).
         eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for
             Dynomite, whose racks lose scripts on a restart without telling the client).
+        orphan_shard_grace_ms: how long a shard may go without a heartbeat of a factory whose
+            local shard it is before the other zones' factories adopt it (put back its expired
+            leases in their unack passes, pop its due messages after their own shard's), ms,
+            >= 0 (default 30 000; 0: never adopt, and write no heartbeat). Each factory beats
+            every ``min(unack_handler_interval_ms, orphan_shard_grace_ms / 3)``; see
+            docs/semantics.md, "Zone loss".
     """
 
     unack_timeout_ms: int
@@ -55,6 +61,7 @@ class QueueOptions(TypedDict, total=False):
     doorbell: bool
     policy: QueuePolicy | None
     eval_scripts: bool
+    orphan_shard_grace_ms: int
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class QueueSettings:
     doorbell: bool = True
     policy: QueuePolicy | None = None
     eval_scripts: bool = False
+    orphan_shard_grace_ms: int = 30_000
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -120,6 +128,8 @@ class QueueSettings:
                           ("write_quorum", 0), ("write_quorum_timeout_ms", 1),
                           ("max_payload_bytes", 1), ("poll_interval_ms", 1)):
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+        int_at_least("orphan_shard_grace_ms", self.orphan_shard_grace_ms, 0,
+                     error=ConfigurationError)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
         if self.clock is not None and not callable(self.clock):

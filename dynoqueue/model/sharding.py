@@ -126,7 +126,11 @@ class ShardingStrategy(Protocol):
     """Chooses the shard a pushed message goes to. Mirrors dyno-queues' ``ShardingStrategy``."""
 
     def get_next_shard(self, all_shards: list[str], message: Message) -> str:
-        """Return one of ``all_shards`` for ``message``. Mirrors ``getNextShard``."""
+        """Return one of ``all_shards`` for ``message``. Mirrors ``getNextShard``.
+
+        A strategy whose attribute ``skip_orphaned`` is True is passed only the shards that
+        are not orphaned (see :class:`RoundRobinStrategy`); others get every shard.
+        """
         ...
 
 
@@ -134,9 +138,20 @@ class RoundRobinStrategy:
     """Spreads pushes evenly: increments first, so shards [s0, s1, s2] get s1, s2, s0, s1, ...
 
     Thread-safe. The default strategy, as in dyno-queues.
+
+    Args:
+        skip_orphaned: leave out the shards the factory found orphaned (no live factory in
+            their zone for ``orphan_shard_grace_ms``): pushes then go to live zones only.
+            Default False: pushes keep going to every shard, as in dyno-queues, and the
+            survivors drain an orphaned shard (docs/semantics.md, "Zone loss").
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, skip_orphaned: bool = False) -> None:
+        if not isinstance(skip_orphaned, bool):
+            raise ConfigurationError(f"skip_orphaned must be a bool, got {skip_orphaned!r}")
+        #: Read by the queue: a strategy with ``skip_orphaned = True`` is given only the
+        #: shards that are not orphaned (any strategy may set it).
+        self.skip_orphaned = skip_orphaned
         self._next = 0
         self._lock = threading.Lock()
 

@@ -85,4 +85,10 @@ def add_parsers(subparsers: Any) -> None:
     top.add_argument("--iterations", type=int_at_least(0), default=0, metavar="N",
                      help="stop after N refreshes (default 0: until Ctrl-C)")
 
+    _command(subparsers, "discover", commands.discover,
+             "register every queue found under the prefix (a SCAN) for unack processing",
+             "Add every queue found in Redis under the prefix to the queue registry, so "
+             "that every zone's unack pass covers it. Once, for queues only Java v1 "
+             "clients have written (they do not register queues).")
+
     serve.add_parser(subparsers)

@@ -169,6 +169,16 @@ def purge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def discover(args: argparse.Namespace) -> int:
+    """``discover``: add every queue found under the prefix (a SCAN) to the queue registry, so
+    every zone's unack pass covers it (for queues only Java v1 clients have written)."""
+    with opened(args) as queues:
+        names = queues.discover_queues()
+    _done(args, {"registered": names},
+          f"{len(names)} queues in the registry: {', '.join(names) or '-'}")
+    return EXIT_OK
+
+
 def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
     """``top``: a live table of every queue, refreshed every ``--interval`` s, with the rate
     of change of each count per second; ``--iterations`` stops it (0: until Ctrl-C)."""

@@ -31,6 +31,7 @@ WRITE_SCRIPTS = (
     "policy",
     "bury",
     "postpone",
+    "heartbeat",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",

@@ -1,0 +1,25 @@
+-- heartbeat: record that a factory whose local shard is ARGV[2] is alive, and name the shards
+-- whose factories have all been silent for more than the grace period (orphaned: the caller
+-- adopts them). A shard that never beat is not orphaned: nothing tells a zone that is not
+-- deployed yet (or is served only by Java v1 clients, which do not beat) from one that died.
+-- KEYS: [1] P.ZONES (hash shard -> last beat, epoch ms)
+-- ARGV: [1] now override or '', [2] local shard, [3] grace (ms, >= 1), [4..] every shard
+-- Returns: {now (epoch ms), orphaned shard, ...} in the order of ARGV[4..]
+local now = now_ms(ARGV[1])
+local zones = KEYS[1]
+local grace = tonumber(ARGV[3])
+local mine = tonumber(redis.call('HGET', zones, ARGV[2]) or '')
+-- Another process of the zone with a clock ahead keeps its later beat.
+if not mine or now > mine then
+  redis.call('HSET', zones, ARGV[2], string.format('%.0f', now))
+end
+local out = {now}
+for i = 4, #ARGV do
+  if ARGV[i] ~= ARGV[2] then
+    local last = tonumber(redis.call('HGET', zones, ARGV[i]) or '')
+    if last and now - last > grace then
+      out[#out + 1] = ARGV[i]
+    end
+  end
+end
+return out
