@@ -85,7 +85,8 @@ def ordering(server: Any, depths: list[int], probe: int, groups: int, runs: int,
 
     Returns:
         ``{"depths": {depth: {kind: [rates msgs/s]}}, "fill_s": {depth: {kind: seconds}},
-        "memory_per_msg": {kind: bytes at the largest depth}, "waiting": {depth: {kind: n}},
+        "memory_per_msg": {kind: bytes at the largest depth}, "waiting": {depth: {kind: n}}
+        (after the runs: the depth held),
         "server_us": {depth: {kind: {"pop": us, "ack": us}}} (script time per message on the
         server, after the runs), "groups": groups, "probe": probe}``.
 
@@ -133,9 +134,9 @@ def ordering(server: Any, depths: list[int], probe: int, groups: int, runs: int,
                         done += len(got)
                     if run >= 0:
                         out["depths"][depth][kind].append(done / timed)
+        out["waiting"] = {d: {k: adapters[d, k].q.size() for k in KINDS} for d in depths}
         out["server_us"] = {d: {k: _server_split(server.admin, adapters[d, k].q)
                                 for k in KINDS} for d in depths}
-        out["waiting"] = {d: {k: adapters[d, k].q.size() for k in KINDS} for d in depths}
     finally:
         for adapter in adapters.values():
             adapter.close()

@@ -402,10 +402,14 @@ def _serve_table(results: dict[str, Any]) -> Table | None:
     t.notes = [f"a real `dynoqueue serve` (uvicorn) process on loopback; {clients} asyncio "
                f"clients, one connection each; round trips: {opts['serve_msgs']:,} messages "
                "per run, latency = one send + pull + ack round; server CPU = the serve "
-               "process only (Redis not included)",
+               f"process only (Redis not included); pullMsg calls per message "
+               f"{fmt(trip, 'pulls_per_msg', 2)} (1 = no empty pull)",
                f"wake-up: {opts['serve_poll_msgs']:,} messages due evenly over "
                f"{opts['serve_poll_spread_s']:g} s; latency = arrival of the held poll's "
-               "answer - the due time the server recorded (sendMsg's triggerTime)"]
+               "answer - the due time the server recorded (sendMsg's triggerTime); of "
+               "which the server's claim (due -> leased, getMonitorData's pull gap): avg "
+               f"{fmt(poll, 'claim_gap_avg_ms', 1)} ms, max {fmt(poll, 'claim_gap_max_ms', 1)} "
+               "ms"]
     return t
 
 

@@ -143,6 +143,7 @@ async def _round_trips(base: str, topic: str, clients: int, n: int) -> dict[str,
     https = _clients(base, clients)
     latencies: list[float] = []
     left = [n]
+    pulls = [0]
     warm: list[int] = []
     go = asyncio.Event()
     all_warm = asyncio.Event()
@@ -153,6 +154,7 @@ async def _round_trips(base: str, topic: str, clients: int, n: int) -> dict[str,
                     delayMillis=0)
         while True:
             pulled = (await _call(http, "pullMsg", topic=topic, batch=1))["delayMsgList"]
+            pulls[0] += 1
             if pulled:
                 break
         await _call(http, "ackMsg", topic=topic, msgId=pulled[0]["msgId"])
@@ -178,7 +180,7 @@ async def _round_trips(base: str, topic: str, clients: int, n: int) -> dict[str,
     finally:
         await asyncio.gather(*(h.aclose() for h in https))
     return {"rate": len(latencies) / elapsed, **percentiles(latencies), "n": len(latencies),
-            "clients": clients}
+            "clients": clients, "pulls_per_msg": pulls[0] / max(1, n + clients)}
 
 
 def round_trips(served: Served, clients: int, n: int) -> dict[str, Any]:
@@ -187,8 +189,9 @@ def round_trips(served: Served, clients: int, n: int) -> dict[str, Any]:
 
     Returns:
         ``rate`` (msgs/s), ``p50``/``p99``/``max``/``min`` (ms per round), ``n``, ``clients``,
-        ``client_cpu_ms`` / ``server_cpu_ms`` (CPU ms per message of the load generator and
-        of the server process).
+        ``pulls_per_msg`` (1 when no pull came back empty), ``client_cpu_ms`` /
+        ``server_cpu_ms`` (CPU ms per message of the load generator and of the server
+        process).
     """
     topic = f"rt{uuid.uuid4().hex[:8]}"
     cpu0, srv0 = time.process_time(), served.cpu_s()
@@ -231,10 +234,15 @@ async def _long_poll(base: str, topic: str, clients: int, n: int, spread_s: floa
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        monitor = (await producer.get(f"{PREFIX}/getMonitorData")).json()["data"]
     finally:
         await asyncio.gather(*(h.aclose() for h in https))
+    # The server's own part: due time -> leased by the dispatcher's pop (its pull gap).
+    gaps = [g for g in monitor["pullMsgTimeGapStatsList"] if g["topic"] == topic]
     return {**percentiles(samples), "delivered": len(samples), "n": n, "clients": clients,
-            "spread_s": spread_s}
+            "spread_s": spread_s,
+            **({"claim_gap_avg_ms": gaps[0]["avg"], "claim_gap_max_ms": gaps[0]["max"]}
+               if gaps else {})}
 
 
 def long_poll(served: Served, clients: int, n: int, spread_s: float,
@@ -246,7 +254,8 @@ def long_poll(served: Served, clients: int, n: int, spread_s: float,
 
     Returns:
         ``p50``/``p99``/``max``/``min`` (ms from the recorded due time to the answer's
-        arrival), ``delivered``, ``n``, ``clients``, ``spread_s``.
+        arrival), ``delivered``, ``n``, ``clients``, ``spread_s``, and the server's own part
+        (due -> leased, Camellia's pull gap) as ``claim_gap_avg_ms`` / ``claim_gap_max_ms``.
     """
     topic = f"lp{uuid.uuid4().hex[:8]}"
     return asyncio.run(_long_poll(served.base, topic, clients, n, spread_s, lead_s))

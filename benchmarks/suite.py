@@ -24,7 +24,8 @@ from .peers import ADAPTERS, ASYNCIO, PEERS, NotSupported, load
 #: Fields of a measurement that are summarised (median/min/max over the runs).
 _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
             "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
-            "due_offset_ms", "client_cpu_ms", "server_cpu_ms")
+            "due_offset_ms", "client_cpu_ms", "server_cpu_ms", "pulls_per_msg",
+            "claim_gap_avg_ms", "claim_gap_max_ms")
 #: The sections of a run: the six workloads and asyncio rows ("core"), the Worker (issue 13),
 #: ``dynoqueue serve`` over HTTP (issue 14) and ordering (issue 15).
 SECTIONS = ["core", "worker", "serve", "ordering"]
