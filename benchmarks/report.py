@@ -432,6 +432,8 @@ def _ordering_table(results: dict[str, Any]) -> Table | None:
                        ratio(kinds["grouped"]["median"], plain),
                        ", ".join(f"{us[k]['pop']:.1f}+{us[k]['ack']:.1f}" for k in
                                  ("plain", "strict", "grouped") if k in us)])
+    if "error" in order:
+        t.rows.append(["error", order["error"], "", "", "", "", ""])
     memory = order.get("memory_per_msg") or {}
     t.notes = [f"the same due backlog in three queues: plain, QueuePolicy(strict_priority=True)"
                f" (priorities 0..99), and in {order.get('groups', 0):,} ordered groups; probes "

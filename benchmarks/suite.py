@@ -333,9 +333,12 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
 
     if "ordering" in opts.sections:
         def order() -> None:
-            raw["ordering"] = ordering.ordering(server, opts.ordering_depths,
-                                                opts.ordering_probe, opts.ordering_groups,
-                                                opts.runs)
+            try:
+                raw["ordering"] = ordering.ordering(server, opts.ordering_depths,
+                                                    opts.ordering_probe, opts.ordering_groups,
+                                                    opts.runs)
+            except Exception as exc:  # reported in table 10; the other sections still count
+                raw["ordering"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
         steps.append(Step(f"ordering: plain/strict/grouped pop+ack at "
                           f"{', '.join(f'{d:,}' for d in opts.ordering_depths)} waiting "
@@ -381,7 +384,9 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     out["worker"] = {row: {mode: _summarise(results) for mode, results in modes.items()}
                      for row, modes in raw.get("worker", {}).items()}
     out["serve"] = {name: _summarise(results) for name, results in raw.get("serve", {}).items()}
-    if "ordering" in raw:
+    if "ordering" in raw and "error" in raw["ordering"]:
+        out["ordering"] = {"error": raw["ordering"]["error"], "depths": {}}
+    elif "ordering" in raw:
         order = raw["ordering"]
         out["ordering"] = {
             "depths": {str(d): {k: summary(v) for k, v in kinds.items()}
