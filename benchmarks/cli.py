@@ -52,7 +52,7 @@ def _depths(text: str) -> list[int]:
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``bench`` options to ``parser`` and set its handler; return the parser."""
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes, one run, two consumer processes (< 1 min, CI smoke)")
+                        help="small sizes, one run, two consumer processes (~70 s, CI smoke)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                         help="where results.json, results.md and the PNG plots go "
                              "(default: bench-results)")
@@ -144,7 +144,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         results = run(opts, progress)
     missed = [g for g in report.goals(results) if g["met"] is False]
-    # A missed goal brings a profile along, except in the < 1 min smoke run (--quick).
+    # A missed goal brings a profile along, except in the ~1 min smoke run (--quick).
     if missed and not args.quick and "profile" not in results \
             and "dynoqueue" in opts.libraries and "core" in opts.sections:
         from dynoqueue.embedded import single

@@ -81,7 +81,7 @@ class Options:
 
     @classmethod
     def quick_mode(cls) -> Options:
-        """Small sizes, one run, two consumer processes: a smoke run of < 1 min."""
+        """Small sizes, one run, two consumer processes: a smoke run of ~1 min."""
         return cls(runs=1, procs=2, dq_enqueue=10_000, dq_enqueue_single=1_000,
                    dq_consume=10_000, dq_consume_single=1_000, peer_enqueue=400,
                    peer_enqueue_single=200, peer_consume=300, lateness_dense=1_000,
