@@ -16,6 +16,7 @@ from typing import Any
 from dynoqueue.cli_args import int_at_least
 
 _LIBRARIES = ["dynoqueue", "bullmq", "rq", "dramatiq", "huey", "saq"]
+_SECTIONS = ["core", "worker", "serve", "ordering"]
 
 
 def _libraries(text: str) -> list[str]:
@@ -28,11 +29,30 @@ def _libraries(text: str) -> list[str]:
 
 
 
+def _sections(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown sections {unknown}; choose from {', '.join(_SECTIONS)}")
+    return names
+
+
+def _depths(text: str) -> list[int]:
+    try:
+        depths = [int(n.replace("_", "")) for n in text.split(",") if n.strip()]
+    except ValueError:
+        depths = []
+    if not depths or any(d < 1 for d in depths):
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1000,1000000, "
+                                         f"got {text!r}")
+    return depths
+
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``bench`` options to ``parser`` and set its handler; return the parser."""
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes, one run, two consumer processes (< 1 min, CI smoke)")
+                        help="small sizes, one run, two consumer processes (~70 s, CI smoke)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                         help="where results.json, results.md and the PNG plots go "
                              "(default: bench-results)")
@@ -43,6 +63,15 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "(default 4; --quick 2)")
     parser.add_argument("--libraries", type=_libraries, metavar="A,B",
                         help=f"only these (default all: {','.join(_LIBRARIES)})")
+    parser.add_argument("--sections", type=_sections, metavar="A,B",
+                        help="only these sections (default all: core = workloads 1-7, "
+                             "worker = the Worker vs batched pop+ack and the peers' workers, "
+                             "serve = dynoqueue serve over HTTP, ordering = strict priority "
+                             "and groups vs a plain queue)")
+    parser.add_argument("--ordering-depths", type=_depths, metavar="N,N",
+                        help="waiting messages of the ordering rows (default 1000,1000000; "
+                             "--quick 1000,20000); 1000 alone skips the 1M rows (~2 min of "
+                             "filling)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile dynoqueue's push/pop/ack (cProfile; done anyway "
                              "when a goal is missed, except with --quick)")
@@ -61,7 +90,10 @@ def add_parser(commands: Any) -> None:
                     "and its peers (each through its public API, workers doing no work), and "
                     "the Redis limit for the same commands; then dynoqueue.asyncio against the "
                     "sync API and the asyncio peers (bullmq, saq), including one-per-call "
-                    "enqueues from 100 concurrent tasks. Prints a table per workload "
+                    "enqueues from 100 concurrent tasks; then dynoqueue's Worker against the "
+                    "batched consumer and the peers' workers, `dynoqueue serve` over HTTP, "
+                    "and pop+ack with strict priority and ordered groups against a plain "
+                    "queue at 1k and 1M waiting. Prints a table per workload "
                     "(median of the runs, [min-max]) and the goals; writes results.json, "
                     "results.md and PNG plots to --out.",
     )
@@ -91,6 +123,10 @@ def run_command(args: argparse.Namespace) -> int:
         opts.procs = args.procs
     if args.libraries:
         opts.libraries = args.libraries
+    if args.sections:
+        opts.sections = args.sections
+    if args.ordering_depths:
+        opts.ordering_depths = args.ordering_depths
     opts.profile = args.profile
     console = Console()
     if not console.is_terminal:
@@ -108,9 +144,9 @@ def run_command(args: argparse.Namespace) -> int:
 
         results = run(opts, progress)
     missed = [g for g in report.goals(results) if g["met"] is False]
-    # A missed goal brings a profile along, except in the < 1 min smoke run (--quick).
+    # A missed goal brings a profile along, except in the ~1 min smoke run (--quick).
     if missed and not args.quick and "profile" not in results \
-            and "dynoqueue" in opts.libraries:
+            and "dynoqueue" in opts.libraries and "core" in opts.sections:
         from dynoqueue.embedded import single
 
         from .workloads import Server
@@ -125,7 +161,7 @@ def run_command(args: argparse.Namespace) -> int:
         console.print()
     paths = report.write(results, args.out)
     written = [paths["json"], paths["markdown"]]
-    if not args.no_plots:
+    if not args.no_plots and "core" in opts.sections:
         from .plots import write_all
 
         written += write_all(results, args.out)

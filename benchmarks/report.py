@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .peers import PEERS
+from .suite import WORKER_CONCURRENCY
 from .workloads import LATENESS_CHUNK
 
 NA = "n/a"
@@ -172,6 +173,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
     k = key_figures(results)
     runs = opts["runs"]
     out: list[Table] = []
+    if "core" not in opts.get("sections", ["core"]):
+        return [*section_tables(results), goals_table(results)]
 
     t = Table("1. Enqueue, messages delayed by 1 h (msgs/s)",
               ["library", "one per call", "bulk", "bulk API"])
@@ -322,8 +325,126 @@ def tables(results: dict[str, Any]) -> list[Table]:
     asyncio_table = _asyncio_table(results, k)
     if asyncio_table is not None:
         out.append(asyncio_table)
+    out += section_tables(results)
     out.append(goals_table(results))
     return out
+
+
+def section_tables(results: dict[str, Any]) -> list[Table]:
+    """Tables 8-10: the Worker, ``dynoqueue serve``, ordering (those that ran)."""
+    out = [t for t in (_worker_table(results), _serve_table(results),
+                       _ordering_table(results)) if t is not None]
+    return out
+
+
+def _worker_rows(results: dict[str, Any]) -> dict[str, Any]:
+    """The Worker figures: ``{"baseline": rate entry, "rows": [(label, consume, lateness,
+    kind)]}`` with kind "dynoqueue" or "peer"."""
+    opts = results["meta"]["options"]
+    worker = results.get("worker", {})
+    sparse = str(opts["lateness_sparse"])
+    rows: list[tuple[str, Any, Any, str]] = []
+    for api, concurrency in WORKER_CONCURRENCY.items():
+        entry = worker.get(f"{api} Worker", {})
+        kind = "thread" if api == "dynoqueue" else "asyncio"
+        rows.append((f"{api}.Worker, concurrency={concurrency} ({kind})",
+                     entry.get("consume"), entry.get("lateness"), "dynoqueue"))
+    for peer in [lib for lib in opts["libraries"] if lib in PEERS]:
+        rows.append((peer, results["consume"].get(peer, {}).get("one"),
+                     results["lateness"].get(peer, {}).get(sparse), "peer"))
+    return {"baseline": worker.get("dynoqueue pop+ack", {}).get("consume"), "rows": rows}
+
+
+def _worker_table(results: dict[str, Any]) -> Table | None:
+    """Table 8: the Worker against the batched consumer and the peers' own workers."""
+    if not results.get("worker"):
+        return None
+    opts = results["meta"]["options"]
+    figures = _worker_rows(results)
+    base = median(figures["baseline"])
+    t = Table("8. Workers: no-op handler, 1 consumer process (msgs/s; lateness ms)",
+              ["consumer", "dequeue+ack", "of batched pop+ack", "lateness p50", "p99",
+               "idle cmds/s", "worker"])
+    t.rows.append(["dynoqueue pop(500)+ack_many (batched)", fmt(figures["baseline"]), "1.00x",
+                   "", "", "", "the core consumer loop of table 2"])
+    for label, consume, late, kind in figures["rows"]:
+        info = results["libraries"].get(label, {}).get("consumer", "") if kind == "peer" \
+            else "claims for free handlers, acks in batches"
+        t.rows.append([label, fmt(consume), ratio(median(consume), base),
+                       fmt(late, "p50", 1), fmt(late, "p99", 1),
+                       fmt(late, "idle_commands_per_s", 1), info])
+    t.notes = [f"dynoqueue rows: {opts['worker_consume']:,} due messages each, timed from "
+               "releasing the consumer process to the last ack; the batched row is measured "
+               "right before the Workers in each run; peers' workers "
+               f"{opts['peer_consume']:,} messages (their rows of tables 2 and 3 when the core "
+               "section ran)",
+               f"lateness: {opts['lateness_sparse']:,} messages due evenly over "
+               f"{opts['spread_s']:g} s through an idle worker, as in table 3"]
+    return t
+
+
+def _serve_table(results: dict[str, Any]) -> Table | None:
+    """Table 9: ``dynoqueue serve`` over HTTP (Camellia's protocol)."""
+    serve = results.get("serve")
+    if not serve:
+        return None
+    opts = results["meta"]["options"]
+    trip, poll = serve.get("round_trip"), serve.get("long_poll")
+    clients = opts["serve_clients"]
+    t = Table("9. dynoqueue serve over HTTP (Camellia protocol, httpx clients)",
+              ["measure", "msgs/s", "p50 ms", "p99 ms", "max ms", "client CPU ms/msg",
+               "server CPU ms/msg"])
+    t.rows.append([f"sendMsg + pullMsg + ackMsg, {clients} clients", fmt(trip),
+                   fmt(trip, "p50", 1), fmt(trip, "p99", 1), fmt(trip, "max", 1),
+                   fmt(trip, "client_cpu_ms", 2), fmt(trip, "server_cpu_ms", 2)])
+    t.rows.append([f"longPollingMsg wake-up, {clients} held polls", "", fmt(poll, "p50", 1),
+                   fmt(poll, "p99", 1), fmt(poll, "max", 1), "", ""])
+    t.notes = [f"a real `dynoqueue serve` (uvicorn) process on loopback; {clients} asyncio "
+               f"clients, one connection each; round trips: {opts['serve_msgs']:,} messages "
+               "per run, latency = one send + pull + ack round; server CPU = the serve "
+               f"process only (Redis not included); pullMsg calls per message "
+               f"{fmt(trip, 'pulls_per_msg', 2)} (1 = no empty pull)",
+               f"wake-up: {opts['serve_poll_msgs']:,} messages due evenly over "
+               f"{opts['serve_poll_spread_s']:g} s; latency = arrival of the held poll's "
+               "answer - the due time the server recorded (sendMsg's triggerTime); of "
+               "which the server's claim (due -> leased, getMonitorData's pull gap): avg "
+               f"{fmt(poll, 'claim_gap_avg_ms', 1)} ms, max {fmt(poll, 'claim_gap_max_ms', 1)} "
+               "ms"]
+    return t
+
+
+def _ordering_table(results: dict[str, Any]) -> Table | None:
+    """Table 10: pop+ack with strict priority and with ordered groups vs a plain queue."""
+    order = results.get("ordering")
+    if not order:
+        return None
+    opts = results["meta"]["options"]
+    t = Table("10. Ordering: batched pop+ack with the backlog due (msgs/s)",
+              ["waiting", "plain", "strict priority", "strict / plain", "groups",
+               "groups / plain", "server us/msg pop+ack (plain, strict, groups)"])
+    split = order.get("server_us", {})
+    for depth, kinds in order["depths"].items():
+        plain = kinds["plain"]["median"]
+        us = split.get(depth) or split.get(int(depth)) or {}
+        t.rows.append([f"{int(depth):,}", fmt({"rate": kinds["plain"]}),
+                       fmt({"rate": kinds["strict"]}), ratio(kinds["strict"]["median"], plain),
+                       fmt({"rate": kinds["grouped"]}),
+                       ratio(kinds["grouped"]["median"], plain),
+                       ", ".join(f"{us[k]['pop']:.1f}+{us[k]['ack']:.1f}" for k in
+                                 ("plain", "strict", "grouped") if k in us)])
+    if "error" in order:
+        t.rows.append(["error", order["error"], "", "", "", "", ""])
+    memory = order.get("memory_per_msg") or {}
+    t.notes = [f"the same due backlog in three queues: plain, QueuePolicy(strict_priority=True)"
+               f" (priorities 0..99), and in {order.get('groups', 0):,} ordered groups; probes "
+               f"of {order.get('probe', 0):,} messages: pop(500) + ack_many timed, then as many "
+               "new messages pushed untimed (the depth stays within 500); kinds in turn in "
+               f"each of {opts['runs']} run(s)",
+               "memory per waiting message at the largest depth: " + ", ".join(
+                   f"{k} {v:,.0f} bytes" for k, v in memory.items()),
+               "server us/msg: script time (INFO commandstats) per message of the pops, then "
+               "of the acks, after the runs"]
+    return t
 
 
 def _asyncio_table(results: dict[str, Any], k: dict[str, Any]) -> Table | None:
@@ -394,6 +515,9 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     def known(*values: float) -> bool:
         return all(not math.isnan(v) for v in values)
 
+    if "core" not in results["meta"]["options"].get("sections", ["core"]):
+        _section_goals(results, add)
+        return out
     push, peer_push = k["dq_push_batched"], k["best_peer_enqueue"][1]
     add("batched push >= 50,000 msgs/s", _num(push), push >= 50_000 if known(push) else None)
     add("batched push >= 3x the best peer's enqueue",
@@ -436,6 +560,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         results["consume"].get("dynoqueue", {}).get("one"), "round_trips_per_msg")
     add("fewer round trips per message in batches", f"{bulk:.3f}",
         bulk < 1 if known(bulk) else None)
+    _section_goals(results, add)
     if "dynoqueue.asyncio" in (results["meta"].get("asyncio_libraries") or []):
         tasks = results["meta"]["options"].get("async_tasks", 100)
         conc = k["aio_push_concurrent"]
@@ -449,6 +574,35 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{ratio(a, b)} ({_num(a)} vs {_num(b)})",
                 a >= 0.9 * b if known(a, b) else None)
     return out
+
+
+def _section_goals(results: dict[str, Any], add: Any) -> None:
+    """Goals of issues 13-15 (Worker, serve, ordering), for the sections that ran."""
+    if results.get("worker"):
+        figures = _worker_rows(results)
+        base = median(figures["baseline"])
+        for (label, consume, _, _), share in zip(figures["rows"], (0.4, 0.6), strict=False):
+            rate = median(consume)
+            add(f"{label.split(' (')[0]}: >= {share:.0%} of batched pop+ack",
+                f"{ratio(rate, base)} ({_num(rate)} vs {_num(base)})",
+                rate >= share * base if not (math.isnan(rate) or math.isnan(base)) else None)
+        for label, _, late, _ in figures["rows"][:2]:
+            p99 = median(late, "p99")
+            add(f"{label.split(' (')[0]}: lateness p99 < 5 ms (sparse)", f"{_num(p99, 1)} ms",
+                p99 < 5 if not math.isnan(p99) else None)
+    poll = (results.get("serve") or {}).get("long_poll")
+    if poll is not None:
+        p99 = median(poll, "p99")
+        add("serve: long-poll wake-up p99 < 20 ms", f"{_num(p99, 1)} ms",
+            p99 < 20 if not math.isnan(p99) else None)
+    order = results.get("ordering")
+    if order:
+        for depth, kinds in order["depths"].items():
+            plain = kinds["plain"]["median"]
+            for kind, label in (("strict", "strict priority"), ("grouped", "groups")):
+                r = kinds[kind]["median"] / plain if plain else float("nan")
+                add(f"pop+ack with {label} at {int(depth):,} waiting within 30% of plain",
+                    f"{r:.2f}x", r >= 0.7 if not math.isnan(r) else None)
 
 
 def goals_table(results: dict[str, Any]) -> Table:

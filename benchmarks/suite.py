@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from .common import RoundTrips, summary
@@ -23,7 +24,13 @@ from .peers import ADAPTERS, ASYNCIO, PEERS, NotSupported, load
 #: Fields of a measurement that are summarised (median/min/max over the runs).
 _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
             "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
-            "due_offset_ms")
+            "due_offset_ms", "client_cpu_ms", "server_cpu_ms", "pulls_per_msg",
+            "claim_gap_avg_ms", "claim_gap_max_ms")
+#: The sections of a run: the six workloads and asyncio rows ("core"), the Worker (issue 13),
+#: ``dynoqueue serve`` over HTTP (issue 14) and ordering (issue 15).
+SECTIONS = ["core", "worker", "serve", "ordering"]
+#: Handlers at once of the Worker rows: the sync Worker, the asyncio Worker.
+WORKER_CONCURRENCY = {"dynoqueue": 1, "dynoqueue.asyncio": 16}
 #: The package that provides each library (for versions and install hints).
 DISTRIBUTIONS = {"dynoqueue": "dynoqueue", "dynoqueue.asyncio": "dynoqueue", "bullmq": "bullmq",
                  "rq": "rq",
@@ -60,19 +67,30 @@ class Options:
     bench_requests: int = 200_000
     async_tasks: int = 100
     libraries: list[str] = field(default_factory=lambda: ["dynoqueue", *PEERS])
+    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
+    worker_consume: int = 20_000
+    serve_clients: int = 32
+    serve_msgs: int = 1_000
+    serve_poll_msgs: int = 200
+    serve_poll_spread_s: float = 2.0
+    ordering_depths: list[int] = field(default_factory=lambda: [1_000, 1_000_000])
+    ordering_probe: int = 10_000
+    ordering_groups: int = 10_000
     profile: bool = False
     quick: bool = False
 
     @classmethod
     def quick_mode(cls) -> Options:
-        """Small sizes, one run, two consumer processes: a smoke run of < 1 min."""
+        """Small sizes, one run, two consumer processes: a smoke run of ~1 min."""
         return cls(runs=1, procs=2, dq_enqueue=10_000, dq_enqueue_single=1_000,
                    dq_consume=10_000, dq_consume_single=1_000, peer_enqueue=400,
                    peer_enqueue_single=200, peer_consume=300, lateness_dense=1_000,
                    lateness_sparse=100, spread_s=1.0, idle_s=1.0, lead_s=0.5,
                    depths=[1_000, 20_000],
                    depth_probe=2_000, depth_probe_single=200, memory_n=1_000,
-                   bench_requests=20_000, quick=True)
+                   bench_requests=20_000, worker_consume=3_000, serve_msgs=200,
+                   serve_poll_msgs=50, serve_poll_spread_s=1.0,
+                   ordering_depths=[1_000, 20_000], ordering_probe=2_000, quick=True)
 
 
 @dataclass
@@ -123,7 +141,7 @@ def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         values = [float(r[key]) for r in ok if key in r]
         if values:
             out[key] = summary(values)
-    for key in ("n", "procs", "tasks", "spread_s", "commands", "idle_commands"):
+    for key in ("n", "procs", "tasks", "spread_s", "commands", "idle_commands", "clients"):
         if key in ok[-1]:
             out[key] = ok[-1][key]
     if "samples" in ok[0]:
@@ -155,7 +173,7 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     from . import limits, workloads
 
     raw: dict[str, Any] = {"enqueue": {}, "consume": {}, "lateness": {}, "memory": {},
-                           "limits": {}}
+                           "limits": {}, "worker": {}, "serve": {}}
     steps: list[Step] = []
     asyncio_libs = asyncio_names(opts)
     missing = {name: _available(name) for name in [*opts.libraries, *asyncio_libs]}
@@ -179,7 +197,8 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     server_lua: list[dict[str, float]] = []
     raw["limits"]["server_lua"] = server_lua
 
-    for run in range(1, opts.runs + 1):
+    core = "core" in opts.sections
+    for run in range(1, opts.runs + 1 if core else 1):
         tag = f"run {run}/{opts.runs}"
         steps.append(Step(f"{tag} Redis limit (redis-benchmark)", lambda: bench_rates.append(
             limits.redis_benchmark(server.port, opts.bench_requests))))
@@ -231,6 +250,9 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
                                                opts.spread_s, idle_s=opts.idle_s,
                                                lead_s=opts.lead_s), lib)
 
+    _plan_sections(opts, server, raw, steps, add)
+    if not core:
+        return steps, raw
     for lib in opts.libraries:
         add(f"{lib}: memory per waiting message", "memory", lib, "delayed",
             lambda lib=lib: workloads.memory(server, lib, opts.memory_n), lib)
@@ -244,12 +266,103 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     return steps, raw
 
 
+def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[Step],
+                   add: Callable[..., None]) -> None:
+    """The steps of the Worker, serve and ordering sections (each run in turn, like core).
+
+    Worker: the batched pop+ack consumer, the sync Worker (concurrency 1) and the asyncio
+    Worker (concurrency 16) take ``worker_consume`` messages each, then each Worker's lateness
+    with sparse due times. The peers' own workers are their consumers of table 2 and 3; when
+    the core section does not run, the Worker section measures them itself (same buckets).
+    """
+    from . import ordering, serving, workloads
+
+    if "dynoqueue" not in opts.libraries:
+        return
+    sparse = opts.lateness_sparse
+    for run in range(1, opts.runs + 1):
+        tag = f"run {run}/{opts.runs}"
+        if "worker" in opts.sections:
+            measure = partial(_measure, steps, raw["worker"], f"{tag} worker:")
+            measure("dynoqueue pop(500)+ack_many, 1 consumer", "dynoqueue pop+ack", "consume",
+                    partial(workloads.consume, server, "dynoqueue", opts.worker_consume, 1))
+            for api, concurrency in WORKER_CONCURRENCY.items():
+                measure(f"{api} Worker(concurrency={concurrency}), no-op handler",
+                        f"{api} Worker", "consume",
+                        partial(workloads.consume, server, api, opts.worker_consume, 1,
+                                {"worker": concurrency}))
+            for api, concurrency in WORKER_CONCURRENCY.items():
+                measure(f"{api} Worker(concurrency={concurrency}), lateness {sparse} msgs",
+                        f"{api} Worker", "lateness",
+                        partial(workloads.lateness, server, api, sparse, opts.spread_s,
+                                idle_s=opts.idle_s, lead_s=opts.lead_s,
+                                options={"worker": concurrency}))
+            if "core" not in opts.sections:
+                for peer in [lib for lib in opts.libraries if lib != "dynoqueue"]:
+                    add(f"{tag} worker: {peer}'s worker, dequeue+ack", "consume", peer, "one",
+                        lambda p=peer: workloads.consume(server, p, opts.peer_consume, 1),
+                        peer)
+                    add(f"{tag} worker: {peer}'s worker, lateness {sparse} msgs", "lateness",
+                        peer, f"{sparse}",
+                        lambda p=peer: workloads.lateness(
+                            server, p, sparse, opts.spread_s, idle_s=opts.idle_s,
+                            lead_s=opts.lead_s), peer)
+        if "serve" in opts.sections:
+            trips = raw["serve"].setdefault("round_trip", [])
+            polls = raw["serve"].setdefault("long_poll", [])
+
+            def serve(trips: list[dict[str, Any]] = trips,
+                      polls: list[dict[str, Any]] = polls) -> None:
+                server.admin.flushall()
+                try:
+                    served = serving.Served(server.url)
+                except Exception as exc:
+                    failed = partial(_raise, exc)
+                    _record(trips, failed)
+                    _record(polls, failed)
+                    return
+                with served:
+                    _record(trips, lambda: serving.round_trips(
+                        served, opts.serve_clients, opts.serve_msgs))
+                    _record(polls, lambda: serving.long_poll(
+                        served, opts.serve_clients, opts.serve_poll_msgs,
+                        opts.serve_poll_spread_s, opts.lead_s))
+
+            steps.append(Step(f"{tag} serve: {opts.serve_clients} HTTP clients, round trips "
+                              "and long polls", serve))
+
+    if "ordering" in opts.sections:
+        def order() -> None:
+            try:
+                raw["ordering"] = ordering.ordering(server, opts.ordering_depths,
+                                                    opts.ordering_probe, opts.ordering_groups,
+                                                    opts.runs)
+            except Exception as exc:  # reported in table 10; the other sections still count
+                raw["ordering"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+        steps.append(Step(f"ordering: plain/strict/grouped pop+ack at "
+                          f"{', '.join(f'{d:,}' for d in opts.ordering_depths)} waiting "
+                          f"({opts.runs} runs)", order))
+
+
+def _measure(steps: list[Step], section: dict[str, Any], tag: str, label: str, row: str,
+             mode: str, fn: Callable[[], dict[str, Any]]) -> None:
+    """Add the step "``tag`` ``label``" recording ``fn()`` into ``section[row][mode]``."""
+    bucket = section.setdefault(row, {}).setdefault(mode, [])
+    steps.append(Step(f"{tag} {label}", lambda: _record(bucket, fn)))
+
+
+def _raise(exc: Exception) -> dict[str, Any]:
+    raise exc
+
+
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     """Medians/min/max per measurement, and the limits per message mix.
 
     Returns:
         ``{"enqueue"|"consume"|"lateness": {row: {mode: summary}}, "limits": {...},
-        "depth": {...}}``.
+        "depth": {...}, "worker": {row: {mode: summary}}, "serve": {name: summary},
+        "ordering": {...}}``.
     """
     from .limits import MIXES, mix_rate
 
@@ -268,6 +381,19 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         "server_lua": {mix: summary([r[mix] for r in raw["limits"]["server_lua"]])
                        for mix in MIXES},
     }
+    out["worker"] = {row: {mode: _summarise(results) for mode, results in modes.items()}
+                     for row, modes in raw.get("worker", {}).items()}
+    out["serve"] = {name: _summarise(results) for name, results in raw.get("serve", {}).items()}
+    if "ordering" in raw and "error" in raw["ordering"]:
+        out["ordering"] = {"error": raw["ordering"]["error"], "depths": {}}
+    elif "ordering" in raw:
+        order = raw["ordering"]
+        out["ordering"] = {
+            "depths": {str(d): {k: summary(v) for k, v in kinds.items()}
+                       for d, kinds in order["depths"].items()},
+            **{k: order[k] for k in ("fill_s", "memory_per_msg", "groups", "probe",
+                                     "server_us") if k in order},
+        }
     if "depth" in raw:
         depth = raw["depth"]
         out["depth"] = {

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import limits, workloads
+from benchmarks import limits, ordering, serving, workloads
 from benchmarks.common import RoundTrips, items, percentiles
 from benchmarks.core_throughput import one_run
 from benchmarks.peers import PEERS, NotSupported, load
-from benchmarks.suite import Options, plan
+from benchmarks.suite import WORKER_CONCURRENCY, Options, plan
 from dynoqueue.embedded import RedisServer, single
 
 
@@ -160,3 +160,63 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
         assert (tmp_path / png).stat().st_size > 1000
     text = (tmp_path / "results.md").read_text()
     assert "### 1. Enqueue" in text and "### 7. asyncio APIs" in text
+    # The Worker, serve and ordering sections (issues 13-15), with their goals.
+    assert "### 8. Workers" in text and "### 9. dynoqueue serve" in text
+    assert "### 10. Ordering" in text
+    assert data["worker"]["dynoqueue Worker"]["consume"]["rate"]["median"] > 0
+    assert data["serve"]["round_trip"]["rate"]["median"] > 0
+    assert data["ordering"]["depths"]["20000"]["grouped"]["median"] > 0
+    new_goals = [g["goal"] for g in data["goals"] if "Worker" in g["goal"]
+                 or g["goal"].startswith(("serve:", "pop+ack with"))]
+    assert len(new_goals) == 4 + 1 + 4
+
+
+def test_worker_rows_move_messages(bench_server: workloads.Server) -> None:
+    # The Worker rows: each Worker drains the queue through its no-op handler (the workload
+    # checks that nothing is left waiting or leased) and sees sparse due messages arrive.
+    for api, concurrency in WORKER_CONCURRENCY.items():
+        consumed = workloads.consume(bench_server, api, 400, 1, {"worker": concurrency},
+                                     timeout_s=60)
+        assert consumed["n"] == 400 and consumed["rate"] > 0
+        late = workloads.lateness(bench_server, api, 30, 0.3, idle_s=0.3, lead_s=0.3,
+                                  options={"worker": concurrency})
+        assert late["delivered"] == 30 and 0 <= late["p99"] < 1000  # ms; generous
+
+
+def test_serve_round_trips_and_long_polls(bench_server: workloads.Server) -> None:
+    with serving.Served(bench_server.url) as served:
+        trips = serving.round_trips(served, clients=4, n=40)
+        polls = serving.long_poll(served, clients=4, n=10, spread_s=0.3, lead_s=0.3)
+    assert served.process.poll() is not None  # stopped on exit
+    assert trips["n"] == 40 and trips["rate"] > 0 and trips["p99"] >= trips["p50"] > 0
+    assert trips["server_cpu_ms"] > 0 and trips["client_cpu_ms"] > 0
+    assert polls["delivered"] == 10 and 0 <= polls["p99"] < 1000  # ms; generous
+
+
+def test_ordering_rows(bench_server: workloads.Server) -> None:
+    out = ordering.ordering(bench_server, [600, 1500], probe=1000, groups=50, runs=1)
+    for depth in (600, 1500):
+        assert set(out["depths"][depth]) == set(ordering.KINDS)
+        assert all(len(v) == 1 and v[0] > 0 for v in out["depths"][depth].values())
+        # The depth is held: every probe pushes back as many as it took.
+        assert out["waiting"][depth] == {k: depth for k in ordering.KINDS}
+        assert all(s["pop"] > 0 and s["ack"] > 0 for s in out["server_us"][depth].values())
+    assert out["memory_per_msg"]["grouped"] > out["memory_per_msg"]["plain"] > 0
+    assert bench_server.admin.dbsize() == 0  # flushed after
+
+
+def test_plan_of_the_new_sections_alone(bench_server: workloads.Server) -> None:
+    opts = Options.quick_mode()
+    opts.runs, opts.libraries = 2, ["dynoqueue", "huey"]
+    opts.sections = ["worker", "serve", "ordering"]
+    steps, raw = plan(opts, bench_server)
+    labels = [s.label for s in steps]
+    assert not any("Redis limit" in label or "enqueue" in label for label in labels)
+    assert sum("serve:" in label for label in labels) == 2
+    assert sum(label.startswith("ordering:") for label in labels) == 1
+    # Without the core section, the Worker section measures the peers' workers itself.
+    assert "run 1/2 worker: huey's worker, dequeue+ack" in labels
+    assert "run 2/2 worker: dynoqueue.asyncio Worker(concurrency=16), no-op handler" in labels
+    assert set(raw["worker"]) == {"dynoqueue pop+ack", "dynoqueue Worker",
+                                  "dynoqueue.asyncio Worker"}
+    assert set(raw["consume"]) == set(raw["lateness"]) == {"huey"}

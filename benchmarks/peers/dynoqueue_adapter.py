@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from dynoqueue import Message, RedisQueues, SingleShardSupplier
+from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier, Worker
 
 from ..common import Item, now_ms
 from .base import Adapter, OnBatch
@@ -26,6 +26,9 @@ class DynoqueueAdapter(Adapter):
         url, queue: as for :class:`Adapter`.
         consume_batch: messages per pop (and per ack_many) in :meth:`consume`; 1 = one message
             per pop and per ack.
+        worker: 0 (default): :meth:`consume` is the pop/ack loop above; n >= 1: it runs a
+            :class:`dynoqueue.Worker` with ``concurrency=n`` and a no-op handler instead.
+        policy: the queue's policy (None: whatever is stored, by default dyno-queues').
     """
 
     name = "dynoqueue"
@@ -37,14 +40,16 @@ class DynoqueueAdapter(Adapter):
     consumer = (f"one thread: pop({BATCH}) or pop(1, wait_ms={IDLE_WAIT_MS}), then "
                 "ack_many(batch)")
 
-    def __init__(self, url: str, queue: str = "bench", consume_batch: int = BATCH) -> None:
+    def __init__(self, url: str, queue: str = "bench", consume_batch: int = BATCH,
+                 worker: int = 0, policy: QueuePolicy | None = None) -> None:
         super().__init__(url, queue)
         self.consume_batch = consume_batch
+        self.worker = worker
         self.client: Any = redis.Redis.from_url(url)
         self.queues = RedisQueues(self.client, self.client, key_prefix="bench",
                                   shard_supplier=SingleShardSupplier("a"),
                                   unack_handler_interval_ms=0)
-        self.q = self.queues.get(queue)
+        self.q = self.queues.get(queue, policy)
 
     def close(self) -> None:
         """Close the queue factory and the client."""
@@ -64,7 +69,16 @@ class DynoqueueAdapter(Adapter):
                 self.q.push([Message(item.id, item.body, timeout=item.delay_ms())])
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
-        """Pop what is due (up to consume_batch), else wait for one; hand over; ack."""
+        """Pop what is due (up to consume_batch), else wait for one; hand over; ack. With
+        ``worker``: a Worker on its threads does all that until ``stop``."""
+        if self.worker:
+            worker = Worker(self.q, lambda m: on_batch([m.payload or ""]),
+                            concurrency=self.worker)
+            thread = worker.run_in_thread()
+            stop.wait()
+            worker.stop(immediate=True)
+            thread.join(5)
+            return
         q, size = self.q, self.consume_batch
         while not stop.is_set():
             got = q.pop(size) or q.pop(1, wait_ms=IDLE_WAIT_MS)

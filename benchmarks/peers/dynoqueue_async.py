@@ -3,6 +3,7 @@ adapter: one shard, one redis.asyncio client for both roles, no unack reprocesso
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import redis.asyncio
 
 from dynoqueue import Message, SingleShardSupplier
-from dynoqueue.asyncio import RedisQueues
+from dynoqueue.asyncio import RedisQueues, Worker
 
 from ..common import Item, now_ms
 from .base import AsyncAdapter, OnBatch
@@ -23,6 +24,8 @@ class AsyncDynoqueueAdapter(AsyncAdapter):
     Args:
         url, queue: as for :class:`~benchmarks.peers.base.Adapter`.
         consume_batch: messages per pop (and per ack_many) in :meth:`consume`.
+        worker: 0 (default): :meth:`consume` is the pop/ack loop; n >= 1: it runs a
+            :class:`dynoqueue.asyncio.Worker` with ``concurrency=n`` and a no-op handler.
     """
 
     name = "dynoqueue.asyncio"
@@ -35,8 +38,10 @@ class AsyncDynoqueueAdapter(AsyncAdapter):
 
     batch = BATCH
 
-    def __init__(self, url: str, queue: str = "bench", consume_batch: int = BATCH) -> None:
+    def __init__(self, url: str, queue: str = "bench", consume_batch: int = BATCH,
+                 worker: int = 0) -> None:
         self.consume_batch = consume_batch
+        self.worker = worker
         self.client: Any = None
         self.queues: Any = None
         super().__init__(url, queue)
@@ -65,6 +70,16 @@ class AsyncDynoqueueAdapter(AsyncAdapter):
         self.run(self._consume(on_batch, stop))
 
     async def _consume(self, on_batch: OnBatch, stop: threading.Event) -> None:
+        if self.worker:
+            async def handler(message: Message) -> None:
+                on_batch([message.payload or ""])
+
+            worker = Worker(self.q, handler, concurrency=self.worker)
+            async with worker:
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+                worker.stop(immediate=True)
+            return
         q, size = self.q, self.consume_batch
         while not stop.is_set():
             got = await q.pop(size) or await q.pop(1, wait_ms=IDLE_WAIT_MS)
