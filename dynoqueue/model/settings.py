@@ -41,6 +41,13 @@ class QueueOptions(TypedDict, total=False):
             else dyno-queues' behaviour (no limits).
         eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for
             Dynomite, whose racks lose scripts on a restart without telling the client).
+        call_timeout_ms: the deadline of every call, ms, 100..3 600 000 (default 10 000):
+            each call returns or raises a typed error within it, retries and reconnects
+            included; a waiting pop gets its ``wait_ms`` plus this. Past it the call raises
+            :class:`~dynoqueue.errors.CallTimeoutError` (a frozen or partitioned server).
+            The builders derive their clients' socket timeouts from it (read: half of it,
+            connect: a quarter, at most 2 s), so a frozen server fails a call in about half
+            the deadline; ``close()`` is bounded by it too.
     """
 
     unack_timeout_ms: int
@@ -55,6 +62,12 @@ class QueueOptions(TypedDict, total=False):
     doorbell: bool
     policy: QueuePolicy | None
     eval_scripts: bool
+    call_timeout_ms: int
+
+
+#: Default and bounds of ``call_timeout_ms``.
+DEFAULT_CALL_TIMEOUT_MS = 10_000
+CALL_TIMEOUT_MS_RANGE = (100, 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,7 @@ class QueueSettings:
     doorbell: bool = True
     policy: QueuePolicy | None = None
     eval_scripts: bool = False
+    call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -120,6 +134,7 @@ class QueueSettings:
                           ("write_quorum", 0), ("write_quorum_timeout_ms", 1),
                           ("max_payload_bytes", 1), ("poll_interval_ms", 1)):
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+        check_call_timeout_ms(self.call_timeout_ms)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
         if self.clock is not None and not callable(self.clock):
@@ -136,7 +151,21 @@ class QueueSettings:
         object.__setattr__(self, "doorbell", bool(self.doorbell))
 
     @property
+    def call_timeout_s(self) -> float:
+        """The deadline of one call, seconds."""
+        return self.call_timeout_ms / 1000
+
+    @property
     def strategy(self) -> ShardingStrategy:
         """The sharding strategy (never None after construction)."""
         assert self.sharding_strategy is not None
         return self.sharding_strategy
+
+
+def check_call_timeout_ms(value: object) -> int:
+    """``value`` if it is a valid ``call_timeout_ms``, else ConfigurationError."""
+    low, high = CALL_TIMEOUT_MS_RANGE
+    int_at_least("call_timeout_ms", value, low, error=ConfigurationError)
+    if value > high:  # type: ignore[operator]
+        raise ConfigurationError(f"call_timeout_ms must be <= {high} (one hour), got {value!r}")
+    return value  # type: ignore[return-value]

@@ -1,0 +1,179 @@
+"""Calls end by their deadline (``call_timeout_ms``) when the server stops answering.
+
+A real redis-server is frozen with SIGSTOP (its sockets stay open, nothing answers: what a
+stalled or paused primary looks like), and a plain TCP listener that accepts and never replies
+stands in for a partition that drops packets. Every call, on both APIs, must return or raise a
+typed error within the deadline (a waiting pop: its wait plus that), ``close()`` too; after
+SIGCONT the queue works and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import dynoqueue.asyncio as dqa
+from dynoqueue import CallTimeoutError, Message, RedisQueues
+from dynoqueue.embedded import RedisServer
+
+from .apis import Bridge
+
+DEADLINE_MS = 1000
+LEASE_MS = 1000
+#: Generous: a call may take its deadline, the test allows three times that (slow CI).
+SLACK = 3.0
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """A server of this module's own: the tests freeze it."""
+    with RedisServer() as started:
+        yield started
+
+
+def _build(api: str, bridge: Bridge, url: str, prefix: str, **settings: Any) -> Any:
+    factory: Any = dqa.RedisQueues if api == "async" else RedisQueues
+    queues = factory.from_url(url, key_prefix=prefix, call_timeout_ms=DEADLINE_MS, **settings)
+    return bridge.wrap_factory(queues) if api == "async" else queues
+
+
+def _timed(call: Callable[[], Any], limit_s: float) -> tuple[float, Any]:
+    """Run ``call`` in a daemon thread; (seconds it took, its result or error). A call still
+    blocked after ``limit_s`` fails the test (and is left behind, as a hang would be)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            out["value"] = call()
+        except BaseException as exc:  # reported, not raised in the thread
+            out["value"] = exc
+        out["took"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert "took" in out, f"still blocked after {limit_s:.1f} s"
+    return out["took"], out["value"]
+
+
+def _ends_typed(name: str, call: Callable[[], Any], bound_s: float) -> float:
+    took, value = _timed(call, bound_s * SLACK)
+    assert isinstance(value, CallTimeoutError), f"{name}: {value!r} is not a CallTimeoutError"
+    assert took <= bound_s * SLACK, f"{name} took {took:.2f} s"
+    return took
+
+
+@pytest.fixture
+def frozen(server: RedisServer) -> Iterator[Callable[[], None]]:
+    """Call it to SIGSTOP the server; SIGCONT always follows, at the latest at teardown."""
+    assert server.pid is not None
+    pid = server.pid
+    stopped: list[bool] = []
+
+    def freeze() -> None:
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(True)
+
+    try:
+        yield freeze
+    finally:
+        if stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_calls_on_a_frozen_server_end_by_the_deadline(
+        api: str, bridge: Bridge, server: RedisServer, frozen: Callable[[], None]) -> None:
+    prefix = f"h{uuid.uuid4().hex[:8]}"
+    queues = _build(api, bridge, server.url, prefix, unack_handler_interval_ms=100,
+                    unack_timeout_ms=LEASE_MS)
+    q = queues.get("jobs")
+    q.push([Message("a-held", "x"), Message("b-kept", "before the freeze")])
+    (held,) = q.pop(1, wait_ms=0)
+    assert held.id == "a-held"
+    deadline_s = DEADLINE_MS / 1000
+    frozen()
+    took = {
+        "push": _ends_typed("push", lambda: q.push([Message("during", "y")]), deadline_s),
+        "pop": _ends_typed("pop", lambda: q.pop(1, wait_ms=0), deadline_s),
+        "waiting pop": _ends_typed("waiting pop", lambda: q.pop(1, wait_ms=1000),
+                                   1.0 + deadline_s),
+        "ack": _ends_typed("ack", lambda: q.ack(held.id, receipt=held.receipt), deadline_s),
+        "size": _ends_typed("size", q.size, deadline_s),
+    }
+    # close() stops the reprocessor (busy on the frozen server) and the doorbell, in time.
+    close_s, error = _timed(queues.close, deadline_s * SLACK + 1.0)
+    assert error is None
+    print(f"{api}: " + ", ".join(f"{k} {v:.2f} s" for k, v in took.items())
+          + f", close {close_s:.2f} s")
+    os.kill(server.pid, signal.SIGCONT)  # (the fixture's SIGCONT is then a no-op)
+
+    # After the server returns: nothing acknowledged is lost, and the queue works. A timed-out
+    # pop may have leased messages once the server read it: they come back after the lease.
+    time.sleep(LEASE_MS / 1000 + 0.2)
+    again = _build(api, bridge, server.url, prefix, unack_handler_interval_ms=0)
+    try:
+        q = again.get("jobs")
+        again.process_unacks()
+        got = {m.id for m in q.pop(10, wait_ms=0)}
+        assert "b-kept" in got  # its push was acknowledged before the freeze
+        # "a-held" is back unless the timed-out ack was applied; "during": a push whose
+        # outcome was unknown.
+        assert got <= {"a-held", "b-kept", "during"}
+        assert q.ack("b-kept")
+        assert q.push([Message("after", "z")]) == ["after"]
+        (after,) = q.pop(1, wait_ms=1000)
+        assert q.ack(after.id, receipt=after.receipt)
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_calls_to_a_blackhole_end_by_the_deadline(api: str, bridge: Bridge) -> None:
+    """A listener that accepts connections and never answers (a DROP partition's stand-in)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        accepted: list[socket.socket] = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            listener.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    accepted.append(listener.accept()[0])  # held open, never answered
+                except TimeoutError:
+                    continue
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            host, port = listener.getsockname()
+            queues = _build(api, bridge, f"redis://{host}:{port}", "blackhole",
+                            unack_handler_interval_ms=100)
+            q = queues.get("jobs")
+            deadline_s = DEADLINE_MS / 1000
+            for name, call, bound in (
+                    ("push", lambda: q.push([Message("m", "x")]), deadline_s),
+                    ("pop", lambda: q.pop(1, wait_ms=0), deadline_s),
+                    ("waiting pop", lambda: q.pop(1, wait_ms=500), 0.5 + deadline_s),
+                    ("ack", lambda: q.ack("m"), deadline_s),
+                    ("size", q.size, deadline_s),
+                    ("ping", queues.ping, deadline_s)):
+                _ends_typed(name, call, bound)
+            _, error = _timed(queues.close, deadline_s * SLACK + 1.0)
+            assert error is None
+        finally:
+            stop.set()
+            thread.join(2)
+            for conn in accepted:
+                conn.close()
