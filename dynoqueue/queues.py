@@ -51,7 +51,10 @@ class RedisQueues(QueuesBase[DynoQueue]):
             replacing the server's TIME), ``max_payload_bytes`` (default 1 MiB),
             ``poll_interval_ms`` (longest sleep of a waiting pop that no doorbell wakes,
             default 1 000), ``hash_tag`` (Cluster hash tags; default on for a RedisCluster),
-            ``doorbell`` (pub/sub doorbell; False for Dynomite).
+            ``doorbell`` (pub/sub doorbell; False for Dynomite), ``call_timeout_ms`` (the
+            deadline of every call, default 10 000: past it a call raises
+            :class:`~dynoqueue.errors.CallTimeoutError`; a waiting pop gets its wait plus
+            that).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.

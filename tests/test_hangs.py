@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 
 import dynoqueue.asyncio as dqa
-from dynoqueue import CallTimeoutError, Message, RedisQueues
+from dynoqueue import CallTimeoutError, ConfigurationError, DynoQueueError, Message, RedisQueues
 from dynoqueue.embedded import RedisServer
 
 from .apis import Bridge
+from .faults import Ledger
+from .test_faults import _run_load
 
 DEADLINE_MS = 1000
 LEASE_MS = 1000
@@ -177,3 +179,72 @@ def test_calls_to_a_blackhole_end_by_the_deadline(api: str, bridge: Bridge) -> N
             thread.join(2)
             for conn in accepted:
                 conn.close()
+
+
+FREEZE_S = 4.0
+
+
+@pytest.mark.slow
+def test_producers_and_consumers_ride_out_a_frozen_primary(server: RedisServer,
+                                                            frozen: Callable[[], None]) -> None:
+    """The primary freezes for 4 s under load: calls fail in time with typed errors instead of
+    hanging, the load resumes when it does, and no acknowledged push is lost."""
+    ledger = Ledger(f"primary frozen {FREEZE_S:.0f} s (SIGSTOP)")
+    prefix = f"h{uuid.uuid4().hex[:8]}"
+    factories = [RedisQueues.from_url(server.url, key_prefix=prefix, call_timeout_ms=DEADLINE_MS,
+                                      unack_timeout_ms=1500, unack_handler_interval_ms=200)
+                 for _ in range(2)]
+    took: dict[str, float] = {}
+    try:
+        queues = [f.get("load") for f in factories]
+
+        def freeze() -> None:
+            frozen()
+            started = time.monotonic()
+            # Meanwhile, calls end in time (typed) instead of waiting for the server.
+            limit_s = DEADLINE_MS / 1000 * SLACK
+            ledger.attempt(["while-frozen"], 0)
+            took["push"], error = _timed(
+                lambda: queues[0].push([Message("while-frozen", "p")]), limit_s)
+            assert isinstance(error, CallTimeoutError), error
+            took["pop"], error = _timed(lambda: queues[1].pop(5, wait_ms=200), limit_s + 0.2)
+            assert isinstance(error, CallTimeoutError), error
+            time.sleep(max(0.0, started + FREEZE_S - time.monotonic()))
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGCONT)
+            started = time.monotonic()
+            while time.monotonic() - started < 10:  # until a push goes through again
+                try:
+                    queues[0].push([Message(f"probe-{uuid.uuid4().hex[:6]}", "p")])
+                    break
+                except DynoQueueError:
+                    time.sleep(0.05)
+            took["back"] = time.monotonic() - started
+
+        _run_load(ledger, queues[0], queues, freeze)
+    finally:
+        closing = time.monotonic()
+        for f in factories:
+            f.close()
+        took["close"] = time.monotonic() - closing
+    print("\n" + ledger.row() + f"  (frozen: push {took['push']:.2f} s, pop {took['pop']:.2f} s;"
+          f" pushes again {took['back']:.2f} s after SIGCONT)")
+    assert not ledger.lost, sorted(ledger.lost)[:10]
+    assert ledger.early == 0
+    assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
+    assert len(ledger.acknowledged) > 100
+    # No call hung: the longest gap without an acknowledged push is the freeze plus at most
+    # one deadline (a push sent just before SIGSTOP times out only then).
+    assert ledger.seconds_unavailable() < FREEZE_S + DEADLINE_MS / 1000 * SLACK
+    assert took["close"] < DEADLINE_MS / 1000 * SLACK + 1.0
+
+
+def test_call_timeout_ms_is_checked_and_sets_the_socket_timeouts(server: RedisServer) -> None:
+    for bad in (99, 3_600_001, 1.5, True, "10"):
+        with pytest.raises(ConfigurationError, match="call_timeout_ms"):
+            RedisQueues.from_url(server.url, call_timeout_ms=bad)
+    with RedisQueues.from_url(server.url, call_timeout_ms=2000, unack_handler_interval_ms=0,
+                              client_options={"socket_connect_timeout": None}) as queues:
+        kwargs = queues.quorum_conn.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == 1.0  # half the deadline
+        assert kwargs["socket_connect_timeout"] == 2.0  # None (forever) is cut to the deadline
