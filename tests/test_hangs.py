@@ -248,3 +248,47 @@ def test_call_timeout_ms_is_checked_and_sets_the_socket_timeouts(server: RedisSe
         kwargs = queues.quorum_conn.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == 1.0  # half the deadline
         assert kwargs["socket_connect_timeout"] == 2.0  # None (forever) is cut to the deadline
+
+
+def _script_calls(server: RedisServer) -> int:
+    stats = server.client().info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("evalsha", "eval"))
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_claim_is_not_sent_again_after_a_read_timeout(
+        api: str, bridge: Bridge, server: RedisServer, frozen: Callable[[], None]) -> None:
+    """A server stalls longer than one read timeout but less than the deadline. A pop's claim
+    is not sent again on a new connection once the server is back (it would lease other
+    messages, the first claim's stay leased to nobody): the server runs it once."""
+    factory: Any = dqa.RedisQueues if api == "async" else RedisQueues
+    built = factory.from_url(server.url, key_prefix=f"h{uuid.uuid4().hex[:8]}",
+                             call_timeout_ms=3000, unack_handler_interval_ms=0,
+                             client_options={"socket_timeout": 0.3})
+    queues = bridge.wrap_factory(built) if api == "async" else built
+    try:
+        q = queues.get("jobs")
+        q.push([Message("m1", "x"), Message("m2", "y")])  # connected, scripts loaded
+        before = _script_calls(server)
+        frozen()
+        outcome: list[Any] = []
+        popping = threading.Thread(
+            target=lambda: outcome.append(_timed(lambda: q.pop(1, wait_ms=0), 9.0)))
+        popping.start()
+        time.sleep(0.8)  # the first read timed out at 0.3 s
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGCONT)
+        popping.join()
+        ((took_s, result),) = outcome
+        ran = _script_calls(server) - before
+        print(f"{api}: pop ended after {took_s:.2f} s with {result!r:.60}; the server ran "
+              f"{ran} claim(s)")
+        # Not sent again: the caller learns the outcome is unknown (its lease, if the server
+        # ran the first claim after all, expires), instead of a second claim's messages.
+        assert isinstance(result, CallTimeoutError)
+        assert ran <= 1
+    finally:
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGCONT)
+        queues.close()
