@@ -96,8 +96,10 @@ class AsyncDriver:
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
-            return await _settled(asyncio.ensure_future(self._once(handler, request)), deadline,
-                                  state_change=True)
+            task = asyncio.ensure_future(self._once(handler, request))
+            # An error nobody awaits any more (past the deadline) is marked seen: no warning.
+            task.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return await _settled(task, deadline, state_change=True)
         limit = asyncio.timeout(deadline.left())
         try:
             async with limit:
@@ -198,8 +200,6 @@ async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
     """The outcome of a command sent on its own (``future`` is not cancelled here): within
     the deadline, else DeadlinePassed. A caller cancelled meanwhile gets Cancelled, with the
     reply of a state change that went out anyway (it may have leased messages)."""
-    # An error nobody awaits any more (past the deadline) is marked seen: no asyncio warning.
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
     try:
         done, _ = await asyncio.wait((future,), timeout=max(0.0, deadline.left()))
     except asyncio.CancelledError:
