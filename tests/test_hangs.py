@@ -9,6 +9,7 @@ SIGCONT the queue works and nothing acknowledged is lost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -139,46 +140,63 @@ def test_calls_on_a_frozen_server_end_by_the_deadline(
         again.close()
 
 
-@pytest.mark.parametrize("api", ["sync", "async"])
-def test_calls_to_a_blackhole_end_by_the_deadline(api: str, bridge: Bridge) -> None:
-    """A listener that accepts connections and never answers (a DROP partition's stand-in)."""
+@contextlib.contextmanager
+def _silent_listener(kind: str) -> Iterator[str]:
+    """The URL of a local address that never answers. ``accepts``: connections are accepted
+    and held open, nothing is ever sent back (packets to a live connection dropped).
+    ``drops``: a listener that never accepts, its backlog full, so the kernel drops new SYNs
+    (a DROP partition as new connections see it: connect() hangs)."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
-        listener.listen(64)
-        accepted: list[socket.socket] = []
+        host, port = listener.getsockname()
+        held: list[socket.socket] = []
         stop = threading.Event()
-
-        def accept() -> None:
+        thread = None
+        if kind == "accepts":
+            listener.listen(64)
             listener.settimeout(0.1)
-            while not stop.is_set():
-                try:
-                    accepted.append(listener.accept()[0])  # held open, never answered
-                except TimeoutError:
-                    continue
 
-        thread = threading.Thread(target=accept, daemon=True)
-        thread.start()
+            def accept() -> None:
+                while not stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        held.append(listener.accept()[0])  # held open, never answered
+
+            thread = threading.Thread(target=accept, daemon=True)
+            thread.start()
+        else:
+            listener.listen(0)
+            filler = socket.create_connection((host, port), timeout=1)  # fills the backlog
+            held.append(filler)
         try:
-            host, port = listener.getsockname()
-            queues = _build(api, bridge, f"redis://{host}:{port}", "blackhole",
-                            unack_handler_interval_ms=100)
-            q = queues.get("jobs")
-            deadline_s = DEADLINE_MS / 1000
-            for name, call, bound in (
-                    ("push", lambda: q.push([Message("m", "x")]), deadline_s),
-                    ("pop", lambda: q.pop(1, wait_ms=0), deadline_s),
-                    ("waiting pop", lambda: q.pop(1, wait_ms=500), 0.5 + deadline_s),
-                    ("ack", lambda: q.ack("m"), deadline_s),
-                    ("size", q.size, deadline_s),
-                    ("ping", queues.ping, deadline_s)):
-                _ends_typed(name, call, bound)
-            _, error = _timed(queues.close, deadline_s * SLACK + 1.0)
-            assert error is None
+            yield f"redis://{host}:{port}"
         finally:
             stop.set()
-            thread.join(2)
-            for conn in accepted:
+            if thread is not None:
+                thread.join(2)
+            for conn in held:
                 conn.close()
+
+
+@pytest.mark.parametrize("kind", ["accepts", "drops"])
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_calls_to_a_silent_address_end_by_the_deadline(api: str, kind: str,
+                                                       bridge: Bridge) -> None:
+    """Stand-ins for an iptables DROP partition (no network namespaces here): every call and
+    close() end in time, with CallTimeoutError."""
+    with _silent_listener(kind) as url:
+        queues = _build(api, bridge, url, "silent", unack_handler_interval_ms=100)
+        q = queues.get("jobs")
+        deadline_s = DEADLINE_MS / 1000
+        for name, call, bound in (
+                ("push", lambda: q.push([Message("m", "x")]), deadline_s),
+                ("pop", lambda: q.pop(1, wait_ms=0), deadline_s),
+                ("waiting pop", lambda: q.pop(1, wait_ms=500), 0.5 + deadline_s),
+                ("ack", lambda: q.ack("m"), deadline_s),
+                ("size", q.size, deadline_s),
+                ("ping", queues.ping, deadline_s)):
+            _ends_typed(name, call, bound)
+        _, error = _timed(queues.close, deadline_s * SLACK + 1.0)
+        assert error is None
 
 
 FREEZE_S = 4.0
