@@ -9,6 +9,7 @@ SIGCONT the queue works and nothing acknowledged is lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -266,6 +267,19 @@ def test_call_timeout_ms_is_checked_and_sets_the_socket_timeouts(server: RedisSe
         kwargs = queues.quorum_conn.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == 1.0  # half the deadline
         assert kwargs["socket_connect_timeout"] == 2.0  # None (forever) is cut to the deadline
+    # Sentinel (connects lazily): the data connections and the sentinel clients themselves.
+    for factory in (RedisQueues, dqa.RedisQueues):
+        queues = factory.from_sentinel([("127.0.0.1", 1)], "primary", call_timeout_ms=2000,
+                                       unack_handler_interval_ms=0)
+        pool = queues.quorum_conn.connection_pool
+        assert pool.connection_kwargs["socket_timeout"] == 1.0
+        for sentinel in pool.sentinel_manager.sentinels:
+            assert sentinel.connection_pool.connection_kwargs["socket_timeout"] == 0.5
+            assert sentinel.connection_pool.connection_kwargs["socket_connect_timeout"] == 0.5
+        if factory is RedisQueues:
+            queues.close()
+        else:
+            asyncio.run(queues.aclose())
 
 
 def _script_calls(server: RedisServer) -> int:
