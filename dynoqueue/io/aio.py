@@ -23,7 +23,14 @@ from ..core import doorbell as bell
 from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, DeadlinePassed, seconds_left
 from ..core.queue import QueueCore
-from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
+from .common import (
+    DoorbellBase,
+    Doorbells,
+    answered_here,
+    filled_pipeline,
+    replica_node,
+    slot_map,
+)
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the hiredis extra: packs commands in C
@@ -72,14 +79,8 @@ class AsyncDriver:
         step = rq.Step(op)
         try:
             while step.pending:
-                request = step.request
-                if type(request) is rq.Budget:
-                    deadline.renew(request.extra_s + self.call_timeout_s)
-                    step.send(None)
-                elif deadline.left() <= 0:
-                    step.send(None, DeadlinePassed("no reply"))
-                else:
-                    step.send(*(await self._outcome(request, deadline)))
+                if not answered_here(step, deadline, self.call_timeout_s):
+                    step.send(*(await self._outcome(step.request, deadline)))
         except rq.Cancelled:
             raise asyncio.CancelledError from None
         finally:

@@ -18,9 +18,16 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
-from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, DeadlinePassed, seconds_left
+from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
-from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
+from .common import (
+    DoorbellBase,
+    Doorbells,
+    answered_here,
+    filled_pipeline,
+    replica_node,
+    slot_map,
+)
 
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
@@ -66,14 +73,8 @@ class SyncDriver:
         try:
             step = rq.Step(op)
             while step.pending:
-                request = step.request
-                if type(request) is rq.Budget:
-                    deadline.renew(request.extra_s + self.call_timeout_s)
-                    step.send(None)
-                elif deadline.left() <= 0:
-                    step.send(None, DeadlinePassed("no reply"))
-                else:
-                    step.send(*self._outcome(request))
+                if not answered_here(step, deadline, self.call_timeout_s):
+                    step.send(*self._outcome(step.request))
             return step.result  # type: ignore[no-any-return]
         finally:
             CURRENT.reset(token)
