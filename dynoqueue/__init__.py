@@ -6,6 +6,7 @@ A Python port of Netflix dyno-queues, storage-compatible with its v1 Java client
 from .connect import RetryBudget
 from .errors import (
     AccessDeniedError,
+    CallTimeoutError,
     ConfigurationError,
     DynoQueueError,
     InvalidArgumentError,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AccessDeniedError",
     "Backoff",
+    "CallTimeoutError",
     "ConfigurationError",
     "DeadLetter",
     "DeadLetterNow",

@@ -50,6 +50,16 @@ class RedisOperationError(DynoQueueError):
         self.key = key
 
 
+class CallTimeoutError(RedisOperationError):
+    """A call did not end within its deadline (``call_timeout_ms``; a waiting pop: its wait
+    plus that): the server did not answer in time (frozen, overloaded, behind a partition).
+
+    Like any lost reply, the outcome of a write is unknown, not failed: a push or ack may have
+    been applied (repeating it with the same ids is safe); what a timed-out pop leased comes
+    back when its lease expires. The redis-py error, if any, is the ``__cause__``.
+    """
+
+
 class AccessDeniedError(RedisOperationError):
     """Redis refused the credentials or the ACL user's permissions (WRONGPASS, NOAUTH,
     NOPERM). Never retried: no retry can cure it. The redis-py error is the ``__cause__``."""

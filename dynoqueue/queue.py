@@ -132,6 +132,8 @@ class DynoQueue(QueueBase):
         Raises:
             InvalidArgumentError: count, wait_ms, lease_ms or min_count out of range.
             QueueClosedError: the queue was closed.
+            CallTimeoutError: Redis did not answer within ``wait_ms`` plus the factory's
+                ``call_timeout_ms`` (messages already leased by then are returned instead).
             RedisOperationError: Redis failed.
         """
         return self._run(self._core.pop("pop", False, count, wait_ms, lease_ms, min_count))

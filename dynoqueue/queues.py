@@ -8,7 +8,9 @@ created, on the local shard. :class:`dynoqueue.asyncio.RedisQueues` is its async
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Unpack
@@ -22,6 +24,8 @@ from .io.sync import SyncDriver
 from .model.settings import QueueOptions
 from .model.sharding import ShardSupplier
 from .queue import DynoQueue
+
+log = logging.getLogger("dynoqueue.queues")
 
 
 class RedisQueues(QueuesBase[DynoQueue]):
@@ -50,7 +54,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
             default 1 000), ``hash_tag`` (Cluster hash tags; default on for a RedisCluster),
             ``doorbell`` (pub/sub doorbell; False for Dynomite), ``orphan_shard_grace_ms``
             (how long a zone may go without a live factory before the others adopt its shard,
-            ms, >= 0, default 30 000; 0: never).
+            ms, >= 0, default 30 000; 0: never), ``call_timeout_ms`` (the deadline of every call,
+            default 10 000: past it a call raises :class:`~dynoqueue.errors.CallTimeoutError`;
+            a waiting pop gets its wait plus that).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
@@ -148,14 +154,22 @@ class RedisQueues(QueuesBase[DynoQueue]):
         """Stop and join the unack reprocessor, close every queue, then the connections a
         builder made (connections passed to the constructor are the caller's and stay open).
         Idempotent. Mirrors ``close``.
+
+        Bounded even when the server is frozen: it waits for the reprocessor and the doorbell
+        listeners at most ``call_timeout_ms`` in all (plus a second), then leaves those
+        daemon threads to end at their sockets' timeouts.
         """
         self._stop.set()
+        ends_at = time.monotonic() + self.settings.call_timeout_s + 1.0
         if self._reprocessor is not None:
-            self._reprocessor.join()
+            self._reprocessor.join(timeout=max(0.0, ends_at - time.monotonic()))
+            if self._reprocessor.is_alive():
+                log.warning("the unack reprocessor did not stop in time (server frozen?); "
+                            "closing without it")
         queues = self.queues()
         owned = self._detach()
         for queue in queues:
-            self._driver.close_doorbell(queue._core)
+            self._driver.close_doorbell(queue._core, max(0.1, ends_at - time.monotonic()))
         self._driver.release()
         for client in owned:
             client.close()

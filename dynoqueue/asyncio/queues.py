@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -82,16 +83,17 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     async def aclose(self) -> None:
         """Stop the reprocessor task, close every queue, then the connections a builder made.
-        Idempotent. Mirrors ``close``."""
+        Idempotent, and bounded as :meth:`dynoqueue.RedisQueues.close`. Mirrors ``close``."""
+        ends_at = time.monotonic() + self.settings.call_timeout_s + 1.0
         task, self._reprocessor = self._reprocessor, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            task.cancel()  # a write in flight finishes first: bounded by the deadline
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, max(0.0, ends_at - time.monotonic()))
         queues = self.queues()
         owned = self._detach()
         for queue in queues:
-            await self._driver.close_doorbell(queue._core)
+            await self._driver.close_doorbell(queue._core, max(0.1, ends_at - time.monotonic()))
         await self._driver.aclose()
         for client in owned:
             await client.aclose()

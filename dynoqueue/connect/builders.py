@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError, RedisOperationError
 from ..model.clock import system_clock_ms
-from ..model.settings import QueueOptions
+from ..model.settings import DEFAULT_CALL_TIMEOUT_MS, QueueOptions, check_call_timeout_ms
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
 from .clients import ASYNC, SYNC, Flavor, RetryBudget
 from .failover import AsyncFailoverConnection, FailoverConnection
@@ -121,11 +121,12 @@ def from_url(
                             read_from_replicas=read_from_replicas,
                             client_options=client_options, **settings)
     flavor = _flavor(factory)
+    limit_s = _call_timeout_s(settings)
     supplier = _shard_supplier(zones, local_zone, settings)
     local = _replica_client(flavor, replica_urls, zones, local_zone, client_options, retry,
-                            wanted=read_from_replicas)
-    primary = flavor.redis.from_url(url, **_options(flavor, client_options, retry, url),
-                                    **node_options)
+                            limit_s, wanted=read_from_replicas)
+    primary = flavor.redis.from_url(url, **_options(flavor, client_options, retry, url,
+                                                    limit_s), **node_options)
     return _build(factory, primary, local or primary, key_prefix, supplier, settings)
 
 
@@ -188,24 +189,27 @@ def from_sentinel(
     if not service_name:
         raise ConfigurationError("service_name must name the monitored primary")
     flavor = _flavor(factory)
+    limit_s = _call_timeout_s(settings)
     supplier = _shard_supplier(zones, local_zone, settings)
     endpoint = f"sentinel service {service_name} via {_addresses(sentinels)}"
-    common = _credentials(_options(flavor, client_options, retry, endpoint), tls, username,
-                          password)
+    common = _credentials(_options(flavor, client_options, retry, endpoint, limit_s), tls,
+                          username, password)
     tls_only = {k: v for k, v in common.items() if k == "ssl" or k in TLS_PARAMS}
     # One quick try per sentinel: the data connection's retry budget already repeats the
     # whole discovery, and nested retries would multiply into minutes.
-    to_sentinels = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0,
-                    "retry": flavor.make_retry(RetryBudget(retries=0), endpoint),
+    quick_s = min(1.0, limit_s / 4)
+    to_sentinels = {"socket_timeout": quick_s, "socket_connect_timeout": quick_s,
+                    "retry": flavor.make_retry(RetryBudget(retries=0), endpoint, limit_s),
                     **tls_only, **(sentinel_options or {})}
+    _cap_timeouts(to_sentinels, limit_s)
     local = _replica_client(flavor, replica_urls, zones, local_zone, client_options, retry,
-                            wanted=read_from_replicas, extra=_credentials({}, tls, username,
-                                                                          password))
+                            limit_s, wanted=read_from_replicas,
+                            extra=_credentials({}, tls, username, password))
     manager = flavor.sentinel(sentinels, sentinel_kwargs=to_sentinels, **common)
     following = flavor.following_tls if tls else flavor.following
     # Replies on the quorum connection count only from the primary Sentinel names now.
     watcher = PrimaryWatcher(sentinels, service_name, {
-        **to_sentinels, "retry": SYNC.make_retry(RetryBudget(retries=0), endpoint)})
+        **to_sentinels, "retry": SYNC.make_retry(RetryBudget(retries=0), endpoint, limit_s)})
     primary = manager.master_for(service_name, connection_class=following,
                                  primary_watcher=watcher)
     if local is None:
@@ -257,6 +261,7 @@ def from_cluster(
             RedisCluster reads the slot map when it is created; the asyncio one at first use).
     """
     flavor = _flavor(factory)
+    limit_s = _call_timeout_s(settings)
     supplier = _shard_supplier(zones, local_zone, settings)
     query: dict[str, Any] = {}
     if isinstance(nodes, str):
@@ -277,8 +282,8 @@ def from_cluster(
         if not startup:
             raise ConfigurationError("at least one cluster node is needed")
     endpoint = f"cluster {_addresses(startup)}"
-    common = _credentials({**query, **_options(flavor, client_options, retry, endpoint)}, tls,
-                          username, password)
+    common = _credentials({**query, **_options(flavor, client_options, retry, endpoint,
+                                                limit_s)}, tls, username, password)
     common.pop("retry_on_error", None)  # RedisCluster retries MOVED/ASK and failovers itself
     startup_nodes = [flavor.cluster_node(h, p) for h, p in startup]
 
@@ -383,19 +388,40 @@ def _shard_supplier(zones: Sequence[str] | None, local_zone: str | None,
     return ZoneShardSupplier.from_zone_suffix(list(zones), local_zone)
 
 
+def _call_timeout_s(settings: BuildSettings) -> float:
+    """The deadline of one call, seconds (checked here: the clients' timeouts derive from it)."""
+    return check_call_timeout_ms(settings.get("call_timeout_ms", DEFAULT_CALL_TIMEOUT_MS)) / 1000
+
+
+def _cap_timeouts(options: dict[str, Any], limit_s: float) -> None:
+    """No socket wait may outlast a call's deadline: a caller's ``socket_timeout`` or
+    ``socket_connect_timeout`` that is None (wait forever) or longer is cut to it."""
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        value = options.get(key)
+        if value is None or (isinstance(value, (int, float)) and value > limit_s):
+            options[key] = limit_s
+
+
 def _options(flavor: Flavor, options: Mapping[str, Any] | None, retry: RetryBudget | None,
-             endpoint: str) -> dict[str, Any]:
+             endpoint: str, limit_s: float) -> dict[str, Any]:
     """Keyword arguments every client of a deployment gets: the retry budget (logging each
-    retry with ``endpoint``), the errors worth retrying, timeouts, then the caller's own."""
+    retry with ``endpoint``, stopping at the call's deadline), the errors worth retrying,
+    timeouts derived from the deadline ``limit_s``, then the caller's own (capped by it).
+
+    A read may take half the deadline, a connection a quarter (at most 2 s): a frozen server
+    fails a call in about half of it, and after a quick failure (a refused connection in a
+    failover) there is still time for retries."""
     common: dict[str, Any] = {
         "retry": flavor.make_retry(retry if retry is not None else RetryBudget(),
-                                   redact_url(endpoint)),
+                                   redact_url(endpoint), limit_s),
         # ReadOnlyError: a write reached a primary that a failover just demoted.
         "retry_on_error": [RedisConnectionError, RedisTimeoutError, ReadOnlyError],
-        "socket_connect_timeout": 2.0,
+        "socket_connect_timeout": min(2.0, limit_s / 4),
+        "socket_timeout": limit_s / 2,
         "health_check_interval": 10,
     }
     common.update(options or {})
+    _cap_timeouts(common, limit_s)
     for key in common:
         if key in ("host", "port", "url", "startup_nodes"):
             raise ConfigurationError(f"client_options may not set {key!r}: it is in the address")
@@ -404,8 +430,9 @@ def _options(flavor: Flavor, options: Mapping[str, Any] | None, retry: RetryBudg
 
 def _replica_client(flavor: Flavor, replica_urls: Mapping[str, str] | None,
                     zones: Sequence[str] | None, local_zone: str | None,
-                    client_options: Mapping[str, Any] | None, retry: RetryBudget | None, *,
-                    wanted: bool, extra: Mapping[str, Any] | None = None) -> Any:
+                    client_options: Mapping[str, Any] | None, retry: RetryBudget | None,
+                    limit_s: float, *, wanted: bool,
+                    extra: Mapping[str, Any] | None = None) -> Any:
     """The local zone's replica client from ``replica_urls``, or None (none given, none for
     this zone, or replica reads not ``wanted``). ``replica_urls`` is checked in every case."""
     if not replica_urls:
@@ -420,7 +447,7 @@ def _replica_client(flavor: Flavor, replica_urls: Mapping[str, str] | None,
         raise ConfigurationError(f"a replica URL names one server: {redact_url(url)}")
     if not wanted:
         return None
-    options = {**(extra or {}), **_options(flavor, client_options, retry, url)}
+    options = {**(extra or {}), **_options(flavor, client_options, retry, url, limit_s)}
     return flavor.redis.from_url(url, **options)
 
 

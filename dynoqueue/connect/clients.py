@@ -4,12 +4,19 @@ A :class:`Flavor` names the client classes of one API (``redis`` or ``redis.asyn
 builders decide *which* clients a deployment needs once, for both. :class:`RetryBudget` bounds
 how long a lost connection is retried; authentication failures are never retried, and every
 retry of a transient failure is logged with the endpoint (credentials redacted).
+
+Retries respect the deadline of the call in progress (:mod:`dynoqueue.core.deadline`): redis-py
+retries at three nested levels (the command, ``connect()``, the health-check ping inside it),
+and all of them read the same deadline, so they stop together instead of multiplying. A
+retry starts only if one more attempt, taking as long as the last one did, ends before it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +35,9 @@ from redis.exceptions import (
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline
 from ..errors import ConfigurationError
 from .primary import PrimaryWatcher
 
@@ -44,9 +53,12 @@ class RetryBudget:
 
     Attempts back off exponentially from ``base_s`` up to ``cap_s`` seconds; after ``retries``
     retries the error surfaces as a :class:`~dynoqueue.errors.RedisOperationError`. The
-    defaults ride out a Sentinel failover with ``down-after-milliseconds`` up to ~5 s. A wrong
-    password or unknown user is not retried: it raises
-    :class:`~dynoqueue.errors.AccessDeniedError` at once.
+    defaults ride out a Sentinel failover with ``down-after-milliseconds`` up to ~5 s. Whatever
+    is left, retrying stops when the call's deadline (``call_timeout_ms``) would pass first: a
+    frozen server fails a call with :class:`~dynoqueue.errors.CallTimeoutError` in time. A
+    read timeout of a claim is not retried (the claim may have run). A wrong password or
+    unknown user is not retried: it raises :class:`~dynoqueue.errors.AccessDeniedError` at
+    once.
 
     Args:
         retries: retries after the first attempt, >= 0.
@@ -70,40 +82,100 @@ class RetryBudget:
         return float(sum(min(self.cap_s, self.base_s * 2**i) for i in range(self.retries)))
 
 
-def _on_failure(fail: Callable[..., Any], endpoint: str, retries: int) -> Callable[..., Any]:
-    """Wrap redis-py's per-failure callback: end at once on an authentication failure, log
-    every other failure with the endpoint, then do what redis-py does (disconnect)."""
+class _Retrying:
+    """What both APIs' Retry classes decide: whether a failure is retried, and the log line."""
 
-    def failed(error: Exception, *count: int) -> Any:
-        if isinstance(error, _FINAL):
-            raise error
-        attempt = f" (failure {count[0]} of at most {retries + 1})" if count else ""
-        log.warning("Redis at %s: %s%s; retrying", endpoint, error, attempt)
-        return fail(error, *count)
+    def __init__(self, budget: RetryBudget, endpoint: str, call_timeout_s: float) -> None:
+        self.endpoint = endpoint
+        self.retries = budget.retries
+        self.call_timeout_s = call_timeout_s
 
-    return failed
+    def own_deadline(self) -> Any:
+        """Outside any call (a doorbell, a sentinel lookup): a deadline of our own, which the
+        nested retries then share. Returns the token to reset, or None."""
+        return CURRENT.set(Deadline(self.call_timeout_s)) if CURRENT.get() is None else None
+
+    def again(self, error: Exception, failures: int, backoff_s: float, took_s: float) -> bool:
+        """Retry after failure number ``failures`` (the last attempt took ``took_s``)?"""
+        if isinstance(error, _FINAL):  # no retry cures these
+            return False
+        if isinstance(error, RedisTimeoutError) and not RETRY_TIMEOUTS.get():
+            return False  # the command may have run: not blindly again
+        deadline = CURRENT.get()
+        if 0 <= self.retries < failures or (
+                deadline is not None and deadline.left() < backoff_s + took_s):
+            return False
+        attempt = f" (failure {failures} of at most {self.retries + 1})"
+        log.warning("Redis at %s: %s%s; retrying", self.endpoint, error, attempt)
+        return True
+
+
+def _fail(fail: Callable[..., Any], error: Exception, failures: int, with_count: bool) -> Any:
+    return fail(error, failures) if with_count else fail(error)
 
 
 class _SyncRetry(redis.retry.Retry):
-    def __init__(self, budget: RetryBudget, endpoint: str) -> None:
+    def __init__(self, budget: RetryBudget, endpoint: str, call_timeout_s: float) -> None:
         super().__init__(ExponentialBackoff(cap=budget.cap_s, base=budget.base_s), budget.retries)
-        self._endpoint = endpoint
+        self._rules = _Retrying(budget, endpoint, call_timeout_s)
 
-    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
                         with_failure_count: bool = False) -> Any:
-        return super().call_with_retry(do, _on_failure(fail, self._endpoint, self._retries),
-                                       is_retryable, with_failure_count)
+        token = self._rules.own_deadline()
+        try:
+            self._backoff.reset()  # type: ignore[no-untyped-call]
+            failures = 0
+            while True:
+                started = time.monotonic()
+                try:
+                    return do()
+                except self._supported_errors as error:
+                    if isinstance(error, _FINAL) or (is_retryable and not is_retryable(error)):
+                        raise
+                    failures += 1
+                    _fail(fail, error, failures, with_failure_count)
+                    backoff = self._backoff.compute(failures)
+                    if not self._rules.again(error, failures, backoff,
+                                             time.monotonic() - started):
+                        raise
+                    if backoff > 0:
+                        time.sleep(backoff)
+        finally:
+            if token is not None:
+                CURRENT.reset(token)
 
 
 class _AsyncRetry(redis.asyncio.retry.Retry):
-    def __init__(self, budget: RetryBudget, endpoint: str) -> None:
+    def __init__(self, budget: RetryBudget, endpoint: str, call_timeout_s: float) -> None:
         super().__init__(ExponentialBackoff(cap=budget.cap_s, base=budget.base_s), budget.retries)
-        self._endpoint = endpoint
+        self._rules = _Retrying(budget, endpoint, call_timeout_s)
 
-    async def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+    async def call_with_retry(self, do: Callable[[], Awaitable[Any]], fail: Callable[..., Any],
+                              is_retryable: Callable[[Exception], bool] | None = None,
                               with_failure_count: bool = False) -> Any:
-        wrapped = _on_failure(fail, self._endpoint, self._retries)
-        return await super().call_with_retry(do, wrapped, is_retryable, with_failure_count)
+        token = self._rules.own_deadline()
+        try:
+            self._backoff.reset()  # type: ignore[no-untyped-call]
+            failures = 0
+            while True:
+                started = time.monotonic()
+                try:
+                    return await do()
+                except self._supported_errors as error:
+                    if isinstance(error, _FINAL) or (is_retryable and not is_retryable(error)):
+                        raise
+                    failures += 1
+                    await _fail(fail, error, failures, with_failure_count)
+                    backoff = self._backoff.compute(failures)
+                    if not self._rules.again(error, failures, backoff,
+                                             time.monotonic() - started):
+                        raise
+                    if backoff > 0:
+                        await asyncio.sleep(backoff)
+        finally:
+            if token is not None:
+                CURRENT.reset(token)
 
 
 def _resolve_first(conn: Any) -> bool:
@@ -238,13 +310,14 @@ class Flavor:
     sentinel: Any
     cluster: Any
     cluster_node: Any
-    retry: Callable[[RetryBudget, str], Any]
+    retry: Callable[[RetryBudget, str, float], Any]
     following: type
     following_tls: type
 
-    def make_retry(self, budget: RetryBudget, endpoint: str) -> Any:
-        """A redis-py Retry of this API with ``budget``, logging with ``endpoint``."""
-        return self.retry(budget, endpoint)
+    def make_retry(self, budget: RetryBudget, endpoint: str, call_timeout_s: float) -> Any:
+        """A redis-py Retry of this API with ``budget``, logging with ``endpoint``, that
+        stops at the call's deadline (``call_timeout_s`` outside a call)."""
+        return self.retry(budget, endpoint, call_timeout_s)
 
 
 SYNC = Flavor(redis.Redis, redis.sentinel.Sentinel, redis.cluster.RedisCluster,

@@ -13,10 +13,16 @@ from typing import Any
 import redis.asyncio.connection
 import redis.connection
 
+from ..core.deadline import CURRENT
+
 
 def _in_turn(conn: Any) -> Iterator[None]:
-    """Point ``conn`` at each of its addresses in turn (for its ``_connect`` to try)."""
-    for host, port in conn.addresses:
+    """Point ``conn`` at each of its addresses in turn (for its ``_connect`` to try), until
+    the call's deadline passes (each try may wait the connect timeout)."""
+    deadline = CURRENT.get()
+    for i, (host, port) in enumerate(conn.addresses):
+        if i and deadline is not None and deadline.left() <= 0:
+            return
         conn.host, conn.port = host, port
         yield
 

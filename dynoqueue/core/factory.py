@@ -20,7 +20,7 @@ from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
 from .queue import QueueCore, guarded, no_events
-from .requests import QUORUM, READ, Command, Op
+from .requests import QUORUM, READ, Budget, Command, Op
 from .zones import ZoneWatch
 
 log = logging.getLogger("dynoqueue.queues")
@@ -73,8 +73,8 @@ class QueuesBase(Generic[Q]):
     asynchronous: bool = False
     #: The Redis Cluster client class of this API (RedisCluster or its asyncio twin).
     cluster_class: type
-    #: The driver class of this API, made with (quorum client, read client).
-    driver_class: Callable[[Any, Any], Any]
+    #: The driver class of this API, made with (quorum client, read client, call deadline s).
+    driver_class: Callable[[Any, Any, float], Any]
 
     def __init__(self, quorum_conn: Any, non_quorum_conn: Any, *, key_prefix: str,
                  shard_supplier: ShardSupplier, **options: Unpack[QueueOptions]) -> None:
@@ -100,7 +100,8 @@ class QueuesBase(Generic[Q]):
         self.non_quorum_conn = non_quorum_conn
         balancing = getattr(non_quorum_conn, "load_balancing_strategy", None)
         self._replica_reads = isinstance(non_quorum_conn, self.cluster_class) and bool(balancing)
-        self._driver = self.driver_class(quorum_conn, non_quorum_conn)
+        self._driver = self.driver_class(quorum_conn, non_quorum_conn,
+                                         self.settings.call_timeout_s)
         self._owned: list[Any] = []
         self._queues: dict[str, Q] = {}
         self._lock = threading.Lock()
@@ -225,6 +226,7 @@ class QueuesBase(Generic[Q]):
             if self._closed:
                 break
             try:
+                yield Budget(0)  # each queue's pass has a deadline of its own
                 total += yield from core.process_unacks()
             except Exception:  # the reprocessor must survive anything (dyno-queues #85)
                 log.exception("unack processing failed for queue %s", core.name)

@@ -36,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .. import scripts
 from ..errors import (
     AccessDeniedError,
+    CallTimeoutError,
     ConfigurationError,
     DynomiteError,
     DynomiteQuorumError,
@@ -52,10 +53,12 @@ from ..model.keys import QueueKeys
 from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
+from .deadline import DeadlinePassed
 from .requests import (
     QUORUM,
     READ,
     BellState,
+    Budget,
     Cancelled,
     Command,
     Op,
@@ -118,6 +121,7 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
 
     Raises:
         AccessDeniedError: wrong password, unknown user, missing ACL permission.
+        CallTimeoutError: no reply within the call's deadline (``call_timeout_ms``).
         InvalidPatternError: Redis reported a malformed Lua pattern.
         DynomiteError: Dynomite's own error reply (no quorum, storage or peer unreachable).
         RedisOperationError: any other Redis failure, naming ``operation`` and ``key``.
@@ -126,12 +130,21 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
         return (yield from op)
     except _ACCESS_DENIED as exc:
         raise AccessDeniedError(operation, key, str(exc)) from exc
+    except (DeadlinePassed, RedisTimeoutError) as exc:
+        raise timed_out(operation, key, exc) from exc
     except ResponseError as exc:
         if "BADPATTERN" in str(exc):
             raise InvalidPatternError(f"malformed Lua pattern: {exc}") from exc
         raise (dynomite_error(exc) or RedisOperationError)(operation, key, str(exc)) from exc
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError(operation, key, str(exc)) from exc
+
+
+def timed_out(operation: str, key: str, exc: BaseException) -> CallTimeoutError:
+    """The CallTimeoutError of a call whose deadline passed (or whose socket timed out)."""
+    why = str(exc) or "the server did not answer"
+    return CallTimeoutError(operation, key, f"{why} within the call's deadline "
+                                            "(call_timeout_ms); a write's outcome is unknown")
 
 
 class QueueCore:
@@ -254,6 +267,7 @@ class QueueCore:
             yield from self._guarded_claim(operation, claim)
             return claim.messages()
         deadline = time.monotonic() + wait_ms / 1000
+        yield Budget(wait_ms / 1000)  # the call's deadline: the wait plus call_timeout_ms
         channels = [self.bell_channels[i] for i in order]
         while True:
             try:
@@ -261,6 +275,13 @@ class QueueCore:
                 next_due_ms = yield from self._guarded_claim(operation, claim)
             except QueueClosedError:  # close() released this waiting pop
                 return claim.messages()
+            except (CallTimeoutError, DeadlinePassed) as exc:
+                if claim.held:  # out of time: hand over what is leased, not strand it
+                    return claim.messages()
+                if isinstance(exc, CallTimeoutError):
+                    raise
+                raise timed_out(operation, self.keys.queue_shard(self.local_shard),
+                                exc) from exc
             remaining = deadline - time.monotonic()
             if len(claim.held) >= min(enough, count) or remaining <= 0 or self.closed:
                 return claim.messages()
@@ -277,6 +298,8 @@ class QueueCore:
             except Cancelled:
                 yield from self._release(claim)
                 raise
+            except DeadlinePassed:
+                return claim.messages()
 
     def _guarded_claim(self, operation: str, claim: _Claim) -> Op[int | None]:
         """Claim until ``claim`` holds its count; on cancellation put everything this pop
@@ -339,7 +362,7 @@ class QueueCore:
         try:
             yield from self._script(QUORUM, "release", self._life_keys,
                                     [self._now_arg(), *pairs], idempotent=True)
-        except (RedisError, RedisClusterException) as exc:
+        except (RedisError, RedisClusterException, DeadlinePassed) as exc:
             log.warning("queue %s: could not put back %d messages of a cancelled pop "
                         "(they return when their lease expires): %s", self.name,
                         len(pairs) // 2, exc)
@@ -868,11 +891,13 @@ class QueueCore:
                 idempotent: bool) -> Op[Any]:
         """Run script ``name``; a server that lacks it (restarted, failed over) gets its text."""
         try:
-            return (yield from self._send(Command(role, self._call(name, keys, args)),
+            return (yield from self._send(Command(role, self._call(name, keys, args),
+                                                  idempotent=idempotent),
                                           idempotent=idempotent))
         except NoScriptError:
             text = self._scripts[name].text
-            return (yield from self._send(Command(role, ("EVAL", text, len(keys), *keys, *args)),
+            return (yield from self._send(Command(role, ("EVAL", text, len(keys), *keys, *args),
+                                                  idempotent=idempotent),
                                           idempotent=idempotent))
 
     def _read_script(self, name: str, keys: list[str], args: list[Any]) -> Op[Any]:

@@ -21,14 +21,17 @@ class Command:
     """One command on a role's client, routed by the client (Cluster: by the command's keys).
 
     With ``replica_of`` (Cluster read clients only) it runs on a replica of that key's slot.
+    A command that is not ``idempotent`` (a claim) is not repeated after a read timeout.
     """
 
-    __slots__ = ("args", "replica_of", "role")
+    __slots__ = ("args", "idempotent", "replica_of", "role")
 
-    def __init__(self, role: str, args: Sequence[Any], replica_of: str | None = None) -> None:
+    def __init__(self, role: str, args: Sequence[Any], replica_of: str | None = None,
+                 idempotent: bool = True) -> None:
         self.role = role
         self.args = args
         self.replica_of = replica_of
+        self.idempotent = idempotent
 
 
 class Pipeline:
@@ -100,6 +103,16 @@ class WaitBell:
         self.timeout_s = timeout_s
 
 
+class Budget:
+    """Restart the call's deadline: ``extra_s`` plus ``call_timeout_ms`` from now (a waiting
+    pop: its wait; the unack pass: each queue). Reply: None."""
+
+    __slots__ = ("extra_s",)
+
+    def __init__(self, extra_s: float) -> None:
+        self.extra_s = extra_s
+
+
 class BellState:
     """A doorbell ticket and whether rings reach waiting pops (subscribed, or no doorbell)."""
 
@@ -111,7 +124,7 @@ class BellState:
         self.enabled = enabled
 
 
-Request = Command | Pipeline | Scan | RefreshSlots | Sleep | Ticket | WaitBell
+Request = Command | Pipeline | Scan | RefreshSlots | Sleep | Ticket | WaitBell | Budget
 #: An operation: yields requests, receives replies, returns its result.
 Op = Generator[Request, Any, T]
 

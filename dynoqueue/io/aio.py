@@ -21,8 +21,16 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
+from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, DeadlinePassed, seconds_left
 from ..core.queue import QueueCore
-from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
+from .common import (
+    DoorbellBase,
+    Doorbells,
+    answered_here,
+    filled_pipeline,
+    replica_node,
+    slot_map,
+)
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the hiredis extra: packs commands in C
@@ -38,11 +46,18 @@ class AsyncDriver:
     """Answers core requests with a quorum and a read client (redis.asyncio Redis or
     RedisCluster).
 
+    Every operation runs under one deadline, ``call_timeout_s`` (a waiting pop: its wait plus
+    that), as in :class:`~dynoqueue.io.sync.SyncDriver`; here a reply not in by then is not
+    awaited further (a write already sent still finishes in the background, its outcome
+    unknown to the caller).
+
     Args:
         quorum: the client of writes and claims. read: the client of cheap reads.
+        call_timeout_s: the deadline of one operation, seconds.
     """
 
-    def __init__(self, quorum: Any, read: Any) -> None:
+    def __init__(self, quorum: Any, read: Any, call_timeout_s: float = 10.0) -> None:
+        self.call_timeout_s = call_timeout_s
         self._clients = {rq.QUORUM: quorum, "read": read}
         self._bells = Doorbells(TaskDoorbell, quorum)
         self._node_clients: dict[str, Any] = {}  # Cluster primary name -> its own client
@@ -52,44 +67,61 @@ class AsyncDriver:
                           if type(client) is redis.asyncio.Redis and client.connection is None}
         self._handlers: dict[type, Handler] = {
             rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
-            rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: asyncio.sleep(r.seconds),
+            rq.RefreshSlots: self._refresh,
+            rq.Sleep: lambda r: asyncio.sleep(seconds_left(r.seconds)),
             rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
     async def run(self, op: rq.Op[T]) -> T:
         """Run one operation to its end and return its result (or raise its error)."""
+        deadline = Deadline(self.call_timeout_s)
+        token = CURRENT.set(deadline)
         step = rq.Step(op)
         try:
             while step.pending:
-                step.send(*(await self._outcome(step.request)))
+                if not answered_here(step, deadline, self.call_timeout_s):
+                    step.send(*(await self._outcome(step.request, deadline)))
         except rq.Cancelled:
             raise asyncio.CancelledError from None
+        finally:
+            CURRENT.reset(token)
         return step.result  # type: ignore[no-any-return]
 
-    async def _outcome(self, request: Any) -> tuple[Any, BaseException | None]:
+    async def _outcome(self, request: Any,
+                       deadline: Deadline) -> tuple[Any, BaseException | None]:
         if type(request) is rq.Command and request.replica_of is None:
             batcher = self._batchers.get(request.role)
             if batcher is not None:
-                return await _settled(batcher.submit(request.args),
-                                      state_change=request.role == rq.QUORUM)
+                return await _settled(batcher.submit(request.args, deadline, request.idempotent),
+                                      deadline, state_change=request.role == rq.QUORUM)
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
-            task = asyncio.ensure_future(handler(request))
-            try:
-                return await asyncio.shield(task), None
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    return None, rq.Cancelled(await task)
-                return None, rq.Cancelled()
-            except Exception as exc:
-                return None, exc
+            task = asyncio.ensure_future(self._once(handler, request))
+            # An error nobody awaits any more (past the deadline) is marked seen: no warning.
+            task.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return await _settled(task, deadline, state_change=True)
+        limit = asyncio.timeout(deadline.left())
         try:
-            return await handler(request), None
+            async with limit:
+                return await self._once(handler, request), None
         except asyncio.CancelledError:
             return None, rq.Cancelled()
         except Exception as exc:  # handed to the operation, which decides
+            if isinstance(exc, TimeoutError) and limit.expired():
+                return None, DeadlinePassed("no reply")
             return None, exc
+
+    @staticmethod
+    async def _once(handler: Handler, request: Any) -> Any:
+        """``handler(request)``; a claim's read timeout is not retried (see RETRY_TIMEOUTS)."""
+        if type(request) is rq.Command and not request.idempotent:
+            token = RETRY_TIMEOUTS.set(False)
+            try:
+                return await handler(request)
+            finally:
+                RETRY_TIMEOUTS.reset(token)
+        return await handler(request)
 
     async def _command(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
@@ -133,17 +165,18 @@ class AsyncDriver:
 
     async def doorbell(self, core: QueueCore) -> TaskDoorbell:
         """The doorbell of ``core``'s queue; subscribed before the first claim, or a ring in
-        between would be missed."""
+        between would be missed (waiting at most 2 s, or half the call's time left)."""
         doorbell = self._bells.get(core)
         if doorbell.enabled:
-            await doorbell.wait_until_listening(timeout_s=2.0)
+            await doorbell.wait_until_listening(timeout_s=min(2.0, seconds_left(4.0) / 2))
         return doorbell
 
-    async def close_doorbell(self, core: QueueCore) -> None:
-        """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
+    async def close_doorbell(self, core: QueueCore, timeout_s: float = 5.0) -> None:
+        """Stop the doorbell of ``core``'s queue, waking its waiting pops; wait up to
+        ``timeout_s`` seconds for its listener to end."""
         doorbell = self._bells.pop(core)
         if doorbell is not None:
-            await doorbell.close()
+            await doorbell.close(timeout_s)
 
     async def aclose(self) -> None:
         """Close the per-node clients this driver opened (Cluster slot-owner writes)."""
@@ -163,19 +196,26 @@ def _packed(conn: Any, commands: list[Any]) -> Any:
     return conn.pack_commands(commands)
 
 
-async def _settled(future: asyncio.Future[Any], *,
+async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
                    state_change: bool) -> tuple[Any, BaseException | None]:
-    """The outcome of a batched command. A caller cancelled meanwhile gets Cancelled, with the
+    """The outcome of a command sent on its own (``future`` is not cancelled here): within
+    the deadline, else DeadlinePassed. A caller cancelled meanwhile gets Cancelled, with the
     reply of a state change that went out anyway (it may have leased messages)."""
     try:
-        return await asyncio.shield(future), None
+        done, _ = await asyncio.wait((future,), timeout=max(0.0, deadline.left()))
     except asyncio.CancelledError:
         if state_change:
             with contextlib.suppress(Exception):
                 return None, rq.Cancelled(await future)
         return None, rq.Cancelled()
-    except Exception as exc:  # handed to the operation, which decides
-        return None, exc
+    if not done:
+        return None, DeadlinePassed("no reply")
+    if future.cancelled():
+        return None, rq.Cancelled()
+    error = future.exception()
+    if error is None:
+        return future.result(), None
+    return None, error
 
 
 class _Batcher:
@@ -187,14 +227,17 @@ class _Batcher:
         self._client = client
         self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        #: Per future: its caller's deadline and whether its command may run twice.
+        self._terms: dict[asyncio.Future[Any], tuple[Deadline, bool]] = {}
 
-    def submit(self, args: Any) -> asyncio.Future[Any]:
+    def submit(self, args: Any, deadline: Deadline, idempotent: bool) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         # A caller cancelled meanwhile may never look: mark an error as seen, so asyncio does
         # not log "exception was never retrieved" (the operation already got Cancelled).
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending.append((args, future))
+        self._terms[future] = (deadline, idempotent)
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
         return future
@@ -205,8 +248,12 @@ class _Batcher:
             conn = await pool.get_connection()
         except BaseException as exc:
             self._fail(self._pending, exc)
+            for _, future in self._pending:
+                self._terms.pop(future, None)
             self._pending, self._flusher = [], None
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            return  # the callers have the error; nobody awaits this task
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
@@ -228,6 +275,11 @@ class _Batcher:
                 except ResponseError as exc:  # this command's error; the rest still reply
                     replies.append(exc)
 
+        # The batch retries until its latest caller's deadline, and not after a read timeout
+        # if any command of it is a claim.
+        terms = [self._terms.pop(future) for _, future in batch]
+        CURRENT.set(max((d for d, _ in terms), key=lambda d: d.at))
+        RETRY_TIMEOUTS.set(all(idempotent for _, idempotent in terms))
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
@@ -282,14 +334,15 @@ class TaskDoorbell(DoorbellBase):
                 return False
         return True
 
-    async def close(self) -> None:
-        """Stop the listener task and wait for it to end."""
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the listener task; wait up to ``timeout_s`` seconds for it to end, then
+        cancel it (it may be stuck connecting to a frozen server)."""
         self._closed.set()
         async with self._changed:
             self._changed.notify_all()
         if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 5)
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._task, timeout_s)
 
     async def _run(self, channels: Sequence[str]) -> None:
         step = rq.Step(bell.listen(channels, self._closed.is_set))

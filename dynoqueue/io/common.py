@@ -8,9 +8,25 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..core import doorbell as bell
+from ..core import requests as rq
+from ..core.deadline import Deadline, DeadlinePassed
 from ..core.queue import QueueCore
 
 B = TypeVar("B")
+
+
+def answered_here(step: rq.Step[Any], deadline: Deadline, call_timeout_s: float) -> bool:
+    """Answer ``step``'s request without I/O when it needs none, and say so: a ``Budget``
+    restarts the deadline; past the deadline, DeadlinePassed is thrown in instead of sending."""
+    request = step.request
+    if type(request) is rq.Budget:
+        deadline.renew(request.extra_s + call_timeout_s)
+        step.send(None)
+    elif deadline.left() <= 0:
+        step.send(None, DeadlinePassed("no reply"))
+    else:
+        return False
+    return True
 
 
 def replica_node(cluster: Any, key: str) -> Any:

@@ -18,8 +18,16 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
+from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
-from .common import DoorbellBase, Doorbells, filled_pipeline, replica_node, slot_map
+from .common import (
+    DoorbellBase,
+    Doorbells,
+    answered_here,
+    filled_pipeline,
+    replica_node,
+    slot_map,
+)
 
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
@@ -28,11 +36,18 @@ _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 class SyncDriver:
     """Answers core requests with a quorum and a read client (redis.Redis or RedisCluster).
 
+    Every operation runs under one deadline, ``call_timeout_s`` (a waiting pop: its wait plus
+    that): no request is sent once it has passed, waits and sleeps end at it, and the
+    connections' retries stop before it (see :mod:`dynoqueue.core.deadline`). A request in
+    flight is bounded by its client's socket timeouts, which the builders derive from it.
+
     Args:
         quorum: the client of writes and claims. read: the client of cheap reads.
+        call_timeout_s: the deadline of one operation, seconds.
     """
 
-    def __init__(self, quorum: Any, read: Any) -> None:
+    def __init__(self, quorum: Any, read: Any, call_timeout_s: float = 10.0) -> None:
+        self.call_timeout_s = call_timeout_s
         self._clients = {rq.QUORUM: quorum, "read": read}
         self._bells = Doorbells(ThreadDoorbell, quorum)
         # Script calls (nearly every operation) on a plain redis.Redis skip redis-py's per-call
@@ -46,16 +61,23 @@ class SyncDriver:
         self._pins_lock = threading.Lock()
         self._handlers: dict[type, Callable[[Any], Any]] = {
             rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
-            rq.RefreshSlots: self._refresh, rq.Sleep: lambda r: time.sleep(r.seconds),
+            rq.RefreshSlots: self._refresh,
+            rq.Sleep: lambda r: time.sleep(seconds_left(r.seconds)),
             rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
     def run(self, op: rq.Op[T]) -> T:
         """Run one operation to its end and return its result (or raise its error)."""
-        step = rq.Step(op)
-        while step.pending:
-            step.send(*self._outcome(step.request))
-        return step.result  # type: ignore[no-any-return]
+        deadline = Deadline(self.call_timeout_s)
+        token = CURRENT.set(deadline)
+        try:
+            step = rq.Step(op)
+            while step.pending:
+                if not answered_here(step, deadline, self.call_timeout_s):
+                    step.send(*self._outcome(step.request))
+            return step.result  # type: ignore[no-any-return]
+        finally:
+            CURRENT.reset(token)
 
     def _outcome(self, request: Any) -> tuple[Any, Exception | None]:
         try:
@@ -64,6 +86,15 @@ class SyncDriver:
             return None, exc
 
     def _command(self, request: rq.Command) -> Any:
+        if not request.idempotent:  # a claim: never repeated after a read timeout
+            token = RETRY_TIMEOUTS.set(False)
+            try:
+                return self._send(request)
+            finally:
+                RETRY_TIMEOUTS.reset(token)
+        return self._send(request)
+
+    def _send(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
             client = client.get_redis_connection(replica_node(client, request.replica_of))
@@ -116,21 +147,23 @@ class SyncDriver:
 
     def _wait_bell(self, request: rq.WaitBell) -> bool:
         return self.doorbell(request.bell).wait(request.channels, request.ticket,
-                                                request.timeout_s)
+                                                seconds_left(request.timeout_s))
 
     def doorbell(self, core: QueueCore) -> ThreadDoorbell:
         """The doorbell of ``core``'s queue; subscribed before the first claim, or a ring in
-        between would be missed."""
+        between would be missed (waiting at most 2 s, or half the call's time left: a
+        frozen server never confirms, and the pop then polls)."""
         doorbell = self._bells.get(core)
         if doorbell.enabled:
-            doorbell.wait_until_listening(timeout_s=2.0)
+            doorbell.wait_until_listening(timeout_s=min(2.0, seconds_left(4.0) / 2))
         return doorbell
 
-    def close_doorbell(self, core: QueueCore) -> None:
-        """Stop the doorbell of ``core``'s queue, waking its waiting pops."""
+    def close_doorbell(self, core: QueueCore, timeout_s: float = 5.0) -> None:
+        """Stop the doorbell of ``core``'s queue, waking its waiting pops; wait up to
+        ``timeout_s`` seconds for its listener to end."""
         doorbell = self._bells.pop(core)
         if doorbell is not None:
-            doorbell.close()
+            doorbell.close(timeout_s)
 
 
 class ThreadDoorbell(DoorbellBase):
@@ -179,13 +212,14 @@ class ThreadDoorbell(DoorbellBase):
             return self._cond.wait_for(
                 lambda: self.rings.ticket(channels) != ticket or self._closed.is_set(), timeout_s)
 
-    def close(self) -> None:
-        """Stop the listener thread and wait for it to end."""
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the listener thread and wait up to ``timeout_s`` seconds for it to end (a
+        daemon thread stuck on a frozen server ends at its socket timeout, unwaited)."""
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
         if self.enabled:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=timeout_s)
 
     def _run(self, channels: Sequence[str]) -> None:
         step = rq.Step(bell.listen(channels, self._closed.is_set))

@@ -47,6 +47,13 @@ class QueueOptions(TypedDict, total=False):
             >= 0 (default 30 000; 0: never adopt, and write no heartbeat). Each factory beats
             every ``min(unack_handler_interval_ms, orphan_shard_grace_ms / 3)``; see
             docs/semantics.md, "Zone loss".
+        call_timeout_ms: the deadline of every call, ms, 100..3 600 000 (default 10 000):
+            each call returns or raises a typed error within it, retries and reconnects
+            included; a waiting pop gets its ``wait_ms`` plus this. Past it the call raises
+            :class:`~dynoqueue.errors.CallTimeoutError` (a frozen or partitioned server).
+            The builders derive their clients' socket timeouts from it (read: half of it,
+            connect: a quarter, at most 2 s), so a frozen server fails a call in about half
+            the deadline; ``close()`` is bounded by it too.
     """
 
     unack_timeout_ms: int
@@ -62,7 +69,12 @@ class QueueOptions(TypedDict, total=False):
     policy: QueuePolicy | None
     eval_scripts: bool
     orphan_shard_grace_ms: int
+    call_timeout_ms: int
 
+
+#: Default and bounds of ``call_timeout_ms``.
+DEFAULT_CALL_TIMEOUT_MS = 10_000
+CALL_TIMEOUT_MS_RANGE = (100, 3_600_000)
 
 @dataclass(frozen=True)
 class QueueSettings:
@@ -93,6 +105,7 @@ class QueueSettings:
     policy: QueuePolicy | None = None
     eval_scripts: bool = False
     orphan_shard_grace_ms: int = 30_000
+    call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -130,6 +143,7 @@ class QueueSettings:
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
         int_at_least("orphan_shard_grace_ms", self.orphan_shard_grace_ms, 0,
                      error=ConfigurationError)
+        check_call_timeout_ms(self.call_timeout_ms)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
         if self.clock is not None and not callable(self.clock):
@@ -146,7 +160,21 @@ class QueueSettings:
         object.__setattr__(self, "doorbell", bool(self.doorbell))
 
     @property
+    def call_timeout_s(self) -> float:
+        """The deadline of one call, seconds."""
+        return self.call_timeout_ms / 1000
+
+    @property
     def strategy(self) -> ShardingStrategy:
         """The sharding strategy (never None after construction)."""
         assert self.sharding_strategy is not None
         return self.sharding_strategy
+
+
+def check_call_timeout_ms(value: object) -> int:
+    """``value`` if it is a valid ``call_timeout_ms``, else ConfigurationError."""
+    low, high = CALL_TIMEOUT_MS_RANGE
+    int_at_least("call_timeout_ms", value, low, error=ConfigurationError)
+    if value > high:  # type: ignore[operator]
+        raise ConfigurationError(f"call_timeout_ms must be <= {high} (one hour), got {value!r}")
+    return value  # type: ignore[return-value]
