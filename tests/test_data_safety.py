@@ -8,6 +8,7 @@ Each fault scenario prints one summary row (tests/faults.py).
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -179,3 +180,74 @@ def test_every_key_word_is_reserved() -> None:
     words = {k.split(".")[1] for k in keys.every_key()}
     words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1]}
     assert words == KEY_WORDS
+
+
+# ------------------------------------------------------------------ item 6: ACL without channels
+
+def _channelless_user(server: RedisServer) -> tuple[str, str]:
+    """A Redis 7 ACL user with every key and command but no channel (new users' default)."""
+    user, password = f"u{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex[:8]
+    admin = server.client()
+    try:
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "+@all",
+                              "resetchannels")
+    finally:
+        admin.close()
+    return user, password
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_user_without_channel_permission_never_gets_an_error_for_an_applied_write(
+        redis_server: RedisServer, bridge: Bridge, api: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    user, password = _channelless_user(redis_server)
+    client = _client(api, redis_server, username=user, password=password)
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    ledger = Ledger(f"ACL user without channels ({api})")
+    caplog.set_level("WARNING", logger="dynoqueue")
+    try:
+        with _factory(api, bridge, client, key_prefix=prefix, poll_interval_ms=200,
+                      sharding_strategy=LocalOnlyStrategy("a")) as queues:
+            q, other = queues.get("jobs"), queues.get("other")
+            assert set(queues.ping()) == {"quorum", "non_quorum", "doorbell"}
+            messages = [Message(f"m{i}", f"job {i}") for i in range(20)]
+            for m in messages:  # one call each: every push rings (the shard was empty or later)
+                ledger.attempt([m.id], 0)
+                try:
+                    ledger.acked(q.push([m]))
+                except Exception as exc:
+                    ledger.failed(exc)
+                q.pop(1, wait_ms=0)  # empties the shard again, so the next push rings too
+            assert not ledger.errors, ledger.errors[:1]
+            leased = [m.id for m in q.pop(20, wait_ms=0)]
+            assert leased == []  # all 20 were leased one by one above
+            q.nack_many([f"m{i}" for i in range(20)])  # every one rings its shard
+            got = q.pop(20, wait_ms=1000)
+            ledger.delivered([m.id for m in got])
+            assert q.set_unack_timeout(got[0].id, 0)
+            queues.process_unacks()  # the expired lease is put back: rings
+            again = q.pop(1, wait_ms=1000)
+            assert [m.id for m in again] == [got[0].id]
+            assert q.ack(again[0].id)
+            assert q.dead_letter(got[1].id, "test")
+            assert q.redrive([got[1].id]) == 1  # back to waiting: rings
+            assert q.postpone(got[1].id, 0)
+            assert q.set_timeout(got[1].id, 0)
+            assert q.ack_many(got[2:]) == 18
+            assert q.remove(got[1].id)
+            # A waiting pop on another queue finds a message pushed meanwhile by polling.
+            # Without a doorbell, each of its checks must not wait for a subscription first.
+            other.push([Message("late", "x", timeout=300)])
+            started = time.monotonic()
+            assert [m.id for m in other.pop(1, wait_ms=3000)] == ["late"]
+            assert time.monotonic() - started < 1.0
+    finally:
+        if api == "async":
+            bridge.call(client.aclose())
+        else:
+            client.close()
+    print(ledger.row())
+    assert (ledger.attempts, len(ledger.acknowledged), len(ledger.deliveries)) == (20, 20, 20)
+    assert not ledger.lost and ledger.duplicated == 0
+    denied = [r for r in caplog.records if "doorbell unavailable" in r.getMessage()]
+    assert len(denied) == 1, [r.getMessage() for r in caplog.records]
