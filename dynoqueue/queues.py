@@ -47,7 +47,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
             replacing the server's TIME), ``max_payload_bytes`` (default 1 MiB),
             ``poll_interval_ms`` (longest sleep of a waiting pop that no doorbell wakes,
             default 1 000), ``hash_tag`` (Cluster hash tags; default on for a RedisCluster),
-            ``doorbell`` (pub/sub doorbell; False for Dynomite).
+            ``doorbell`` (pub/sub doorbell; False for Dynomite), ``eviction_check``
+            (``"refuse"``, the default, ``"warn"`` or ``"off"``: what the first call does when
+            the server's ``maxmemory-policy`` may evict queue keys, ``allkeys-*``).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
@@ -130,6 +132,8 @@ class RedisQueues(QueuesBase[DynoQueue]):
             "doorbell": 0.2}`` (no ``"doorbell"`` without one).
 
         Raises:
+            ConfigurationError: the server's ``maxmemory-policy`` may evict queue keys
+                (``allkeys-*``) and ``eviction_check`` is ``"refuse"``.
             AccessDeniedError: a wrong password, unknown user or missing permission (at once).
             RedisOperationError: a connection failed after its retry budget; the operation
                 names it (``ping quorum``, ...).

@@ -251,3 +251,110 @@ def test_a_user_without_channel_permission_never_gets_an_error_for_an_applied_wr
     assert not ledger.lost and ledger.duplicated == 0
     denied = [r for r in caplog.records if "doorbell unavailable" in r.getMessage()]
     assert len(denied) == 1, [r.getMessage() for r in caplog.records]
+
+
+# ------------------------------------------------------------------ item 3: eviction
+
+@pytest.fixture(scope="module")
+def lru_server() -> Any:
+    """A redis-server that evicts any key under memory pressure (allkeys-lru, 24 MB)."""
+    with RedisServer(extra_args=["--maxmemory", "24mb", "--maxmemory-policy", "allkeys-lru",
+                                 "--maxmemory-samples", "10"]) as server:
+        yield server
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_an_evicting_server_is_refused_by_default_and_warned_of_on_request(
+        lru_server: RedisServer, bridge: Bridge, api: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    raw = lru_server.client(decode_responses=True)
+    client = _client(api, lru_server)
+    caplog.set_level("DEBUG", logger="dynoqueue")
+    try:
+        with _factory(api, bridge, client, key_prefix=prefix) as queues:
+            with pytest.raises(ConfigurationError, match="maxmemory-policy is allkeys-lru"):
+                queues.ping()
+            with pytest.raises(ConfigurationError, match="eviction_check='warn' or 'off'"):
+                queues.get("jobs").push([Message("m1", "x")])
+            assert raw.keys(f"{prefix}*") == []
+        with _factory(api, bridge, client, key_prefix=prefix, eviction_check="warn") as queues:
+            q = queues.get("jobs")
+            assert q.push([Message("m1", "x")]) == ["m1"]
+            assert queues.get("other").push([Message("m2", "x")]) == ["m2"]
+            assert [m.id for m in q.unsafe_pop_all_shards(1)] == ["m1"]
+        warned = [r for r in caplog.records if "maxmemory-policy is allkeys-lru" in r.getMessage()]
+        assert len(warned) == 1 and warned[0].levelname == "WARNING"
+        # A user that may not read the configuration is not checked (a debug line says so).
+        user = f"u{uuid.uuid4().hex[:8]}"
+        raw.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+                            "-config")
+        caplog.clear()
+        limited = _client(api, lru_server, username=user, password="pw")
+        try:
+            with _factory(api, bridge, limited, key_prefix=prefix) as queues:
+                assert queues.get("jobs").push([Message("m3", "x")]) == ["m3"]
+        finally:
+            bridge.call(limited.aclose()) if api == "async" else limited.close()
+        assert any("CONFIG GET refused" in r.getMessage() and r.levelname == "DEBUG"
+                   for r in caplog.records)
+    finally:
+        raw.close()
+        bridge.call(client.aclose()) if api == "async" else client.close()
+
+
+def test_a_bad_eviction_check_value_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="eviction_check"):
+        RedisQueues(redis.Redis(), redis.Redis(), key_prefix="p",
+                    shard_supplier=StaticShardSupplier(["a"], "a"), eviction_check="maybe")
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_evicted_payloads_become_dead_letters_with_a_warning_never_silent_losses(
+        lru_server: RedisServer, bridge: Bridge, api: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The issue's run: 2,000 delayed messages, consumers polling (which keeps the queue zset
+    # recently used), a cache filling the rest of memory: LRU evicts the message hash.
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    raw = lru_server.client(decode_responses=True)
+    client = _client(api, lru_server)
+    ledger = Ledger(f"allkeys-lru, check off ({api})")
+    caplog.set_level("WARNING", logger="dynoqueue")
+    payload = "p" * 2000
+    try:
+        with _factory(api, bridge, client, key_prefix=prefix, eviction_check="off",
+                      shard_supplier=StaticShardSupplier(["a"], "a")) as queues:
+            q = queues.get("jobs")
+            messages = [Message(f"m{i}", payload, timeout=3000) for i in range(2000)]
+            for i in range(0, 2000, 250):
+                ledger.attempt([m.id for m in messages[i:i + 250]], 3000)
+                ledger.acked(q.push(messages[i:i + 250]))
+            for _ in range(20):  # the hash idles while consumers poll (LRU clock: 1 s)
+                q.pop(10, wait_ms=0)
+                time.sleep(0.1)
+            cache = 0
+            while raw.exists(q.keys.message_hash) and cache < 3000:
+                raw.set(f"{prefix}:cache:{cache}", "c" * 100_000)
+                cache += 1
+                if cache % 5 == 0:
+                    q.pop(10, wait_ms=0)
+            assert not raw.exists(q.keys.message_hash), "the message hash was never evicted"
+            assert raw.zcard(q.keys.queue_shard("a")) > 0
+            raw.delete(*[f"{prefix}:cache:{i}" for i in range(cache)])
+            time.sleep(max(0.0, max(ledger.due_ms.values()) / 1000 - time.time()))
+            while got := q.pop(500, wait_ms=0):  # a pop goes on past ids without payload
+                ledger.delivered([m.id for m in got])
+                q.ack_many(got)
+            assert q.size() == 0
+            letters = q.dead_letters(5000)
+    finally:
+        raw.close()
+        bridge.call(client.aclose()) if api == "async" else client.close()
+    missing = {m.message.id for m in letters if m.reason == "payload-missing"}
+    assert all(m.message.payload is None for m in letters if m.reason == "payload-missing")
+    ledger.dead_lettered = missing
+    print(ledger.row())
+    warned = [r for r in caplog.records if "had no payload" in r.getMessage()]
+    assert warned and sum(int(r.args[2]) for r in warned) == len(missing)  # type: ignore[index]
+    assert len(missing) > 0
+    assert not ledger.lost, f"{len(ledger.lost)} acknowledged ids neither delivered nor dead"

@@ -19,6 +19,7 @@ from ..model.keys import check_key_part, check_prefix
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
+from .preflight import ServerCheck
 from .queue import QueueCore, guarded, no_events
 from .requests import QUORUM, READ, Command, Op
 
@@ -105,6 +106,9 @@ class QueuesBase(Generic[Q]):
         self._lock = threading.Lock()
         self._closed = False
         self._events: Callable[[str, str, int], None] = no_events
+        self._server_check = ServerCheck(self.settings.eviction_check)
+        if self._server_check.done:
+            log.debug("maxmemory-policy not checked: eviction_check is off")
 
     def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
@@ -137,6 +141,7 @@ class QueuesBase(Generic[Q]):
                                  quorum_cluster=self.settings.cluster,
                                  replica_reads=self._replica_reads, policy=policy)
                 core.events = self._events
+                core.server_check = self._server_check
                 queue = self.queue_class(core, self._driver)
                 self._queues[queue_name] = queue
             return queue
@@ -152,7 +157,8 @@ class QueuesBase(Generic[Q]):
 
         Args:
             events: a quick, thread-safe callable (no I/O); kind is pushed, delivered, acked,
-                nacked, redelivered, dead_lettered or expired, count >= 0 messages.
+                nacked, redelivered, dead_lettered, expired or payload_missing (ids found
+                without payload, also counted as dead_lettered), count >= 0 messages.
         """
         with self._lock:
             self._events = events
@@ -175,6 +181,7 @@ class QueuesBase(Generic[Q]):
         """Check every connection the queues use; reply: round-trip ms per connection."""
         if self._closed:
             raise QueueClosedError("RedisQueues is closed")
+        yield from guarded("check server", "", self._server_check.run())
         checks: list[tuple[str, str, tuple[str, ...]]] = [
             ("quorum", QUORUM, ("PING",)), ("non_quorum", READ, ("PING",))]
         if self.settings.doorbell:  # waiting pops subscribe through the quorum connection

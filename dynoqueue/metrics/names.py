@@ -13,6 +13,7 @@ COUNTERS: dict[str, str] = {
     "redelivered": "dynoqueue_messages_redelivered",
     "dead_lettered": "dynoqueue_messages_dead_lettered",
     "expired": "dynoqueue_messages_expired",
+    "payload_missing": "dynoqueue_messages_payload_missing",
 }
 LATENESS = "dynoqueue_delivery_lateness_seconds"
 HANDLER_DURATION = "dynoqueue_handler_duration_seconds"

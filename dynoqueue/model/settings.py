@@ -41,6 +41,11 @@ class QueueOptions(TypedDict, total=False):
             else dyno-queues' behaviour (no limits).
         eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for
             Dynomite, whose racks lose scripts on a restart without telling the client).
+        eviction_check: what the first call does when the server's ``maxmemory-policy`` may
+            evict queue keys (``allkeys-*``: messages vanish without an error): ``"refuse"``
+            (default: raise ConfigurationError), ``"warn"`` (log one warning) or ``"off"``.
+            A server or user that refuses ``CONFIG GET`` is not checked (see
+            :mod:`dynoqueue.core.preflight`).
     """
 
     unack_timeout_ms: int
@@ -55,6 +60,7 @@ class QueueOptions(TypedDict, total=False):
     doorbell: bool
     policy: QueuePolicy | None
     eval_scripts: bool
+    eviction_check: str
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class QueueSettings:
     doorbell: bool = True
     policy: QueuePolicy | None = None
     eval_scripts: bool = False
+    eviction_check: str = "refuse"
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -126,6 +133,9 @@ class QueueSettings:
             int_at_least(name, getattr(self, name), low, error=ConfigurationError)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
+        if self.eviction_check not in ("refuse", "warn", "off"):
+            raise ConfigurationError(f"eviction_check must be 'refuse', 'warn' or 'off', "
+                                     f"got {self.eviction_check!r}")
         if self.clock is not None and not callable(self.clock):
             raise ConfigurationError("clock must be a callable returning epoch milliseconds")
         strategy = self.sharding_strategy
