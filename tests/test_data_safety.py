@@ -358,3 +358,47 @@ def test_evicted_payloads_become_dead_letters_with_a_warning_never_silent_losses
     assert warned and sum(int(r.args[2]) for r in warned) == len(missing)  # type: ignore[index]
     assert len(missing) > 0
     assert not ledger.lost, f"{len(ledger.lost)} acknowledged ids neither delivered nor dead"
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_every_script_that_finds_an_id_without_payload_dead_letters_it(
+        redis_server: RedisServer, bridge: Bridge, api: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    raw = redis_server.client(decode_responses=True)
+    client = _client(api, redis_server)
+    caplog.set_level("WARNING", logger="dynoqueue")
+    events: list[tuple[str, int]] = []
+    try:
+        with _factory(api, bridge, client, key_prefix=prefix,
+                      shard_supplier=StaticShardSupplier(["a"], "a")) as queues:
+            queues.set_events(lambda queue, kind, n: events.append((kind, n)) if n else None)
+            q = queues.get("jobs")
+            q.push([Message(f"m{i}", "x") for i in range(700)])
+            lost = [f"m{i}" for i in range(601)] + ["m650", "m660", "m670"]
+            raw.hdel(q.keys.message_hash, *lost[:601])  # 601 before any claim
+            assert q.pop_with_msg_id("m600") is None  # claim_id
+            got = q.pop(99, wait_ms=0)  # claim: goes on past the 600 without payload
+            assert sorted(m.id for m in got) == [f"m{i}" for i in range(601, 700)]
+            assert q.pop(10, wait_ms=0) == []  # the rest, after m699 in member order
+            assert q.size() == 0
+            raw.hdel(q.keys.message_hash, "m650", "m660", "m670")  # leased, then gone
+            assert q.nack("m650")  # nack
+            assert q.set_unack_timeout("m660", 0)
+            queues.process_unacks()  # requeue_expired
+            assert not q.dead_letter("m670", "test")  # bury: no payload to keep
+            letters = {m.message.id: m for m in q.dead_letters(1000)}
+            assert set(letters) == set(lost)
+            assert {m.reason for m in letters.values()} == {"payload-missing"}
+            assert letters["m650"].deliveries == 1 and letters["m650"].message.payload is None
+            # redrive() moves what can come back, past the letters that cannot.
+            assert q.dead_letter(got[0].id, "test")
+            assert q.redrive() == 1
+            assert q.dead_size() == len(lost)
+    finally:
+        raw.close()
+        bridge.call(client.aclose()) if api == "async" else client.close()
+    counted = sum(n for kind, n in events if kind == "payload_missing")
+    warned = sum(int(r.args[2]) for r in caplog.records  # type: ignore[index]
+                 if "had no payload" in r.getMessage())
+    assert counted == warned == len(lost)

@@ -451,9 +451,10 @@ class QueueCore:
             raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
         pairs = [id, _receipt(receipt)]
         self._check_attached()
-        (buried,) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
+        ((buried, missing),) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
             self._now_arg(), reason[:200], (error or "")[:_MAX_ERROR_CHARS], *pairs])])
         self.events(self.name, "dead_lettered", int(buried))
+        self._payload_missing(None, int(missing))
         return int(buried) == 1
 
     def postpone(self, id: str, delay_ms: int, priority: int | None) -> Op[bool]:
