@@ -106,7 +106,7 @@ class QueuesBase(Generic[Q]):
         self._lock = threading.Lock()
         self._closed = False
         self._events: Callable[[str, str, int], None] = no_events
-        self._server_check = ServerCheck(self.settings.eviction_check)
+        self._server_check = ServerCheck(self.settings.eviction_check, self.settings.cluster)
         if self._server_check.done:
             log.debug("maxmemory-policy not checked: eviction_check is off")
 
@@ -181,7 +181,7 @@ class QueuesBase(Generic[Q]):
         """Check every connection the queues use; reply: round-trip ms per connection."""
         if self._closed:
             raise QueueClosedError("RedisQueues is closed")
-        yield from guarded("check server", "", self._server_check.run())
+        yield from guarded("check server", "", self._server_check.run(""))
         checks: list[tuple[str, str, tuple[str, ...]]] = [
             ("quorum", QUORUM, ("PING",)), ("non_quorum", READ, ("PING",))]
         if self.settings.doorbell:  # waiting pops subscribe through the quorum connection

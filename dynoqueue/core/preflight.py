@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from ..errors import ConfigurationError
 from ..model.message import as_text
-from .requests import QUORUM, Command, Op
+from .requests import QUORUM, Op, Pipeline, RefreshSlots
 
 log = logging.getLogger("dynoqueue.queues")
 
@@ -39,6 +39,9 @@ class ServerCheck:
 
     Args:
         eviction_check: ``"refuse"``, ``"warn"`` or ``"off"``.
+        cluster: the quorum client is a Redis Cluster client: the check runs on the primary
+            that owns the key of the first call (redis-py's asyncio Cluster client cannot
+            route ``CONFIG GET`` by itself).
 
     Attributes:
         done: nothing is left to check (after a pass, a warning, a skip, or with ``"off"``).
@@ -46,12 +49,16 @@ class ServerCheck:
             is enough; an error reaching the server leaves it to the next call too.
     """
 
-    def __init__(self, eviction_check: str) -> None:
+    def __init__(self, eviction_check: str, cluster: bool = False) -> None:
         self.eviction_check = eviction_check
+        self.cluster = cluster
         self.done = eviction_check == "off"
 
-    def run(self) -> Op[None]:
+    def run(self, key: str) -> Op[None]:
         """Read the server's ``maxmemory-policy`` and act on it.
+
+        Args:
+            key: a key of the call about to run (on a Cluster, its primary is checked).
 
         Raises:
             ConfigurationError: an ``allkeys-*`` (or unknown) policy with ``"refuse"``.
@@ -59,8 +66,11 @@ class ServerCheck:
         """
         if self.done:
             return
+        if self.cluster:  # the asyncio Cluster client reads its slot map at first use only
+            yield RefreshSlots(QUORUM)
         try:
-            reply = yield Command(QUORUM, ("CONFIG", "GET", "maxmemory-policy"))
+            (reply,) = yield Pipeline(QUORUM, [("CONFIG", "GET", "maxmemory-policy")],
+                                      owner_of=key if self.cluster else None)
         except ResponseError as exc:  # no permission, unknown command (proxies, services)
             log.debug("maxmemory-policy not checked: CONFIG GET refused (%s)", exc)
             self.done = True
