@@ -181,7 +181,6 @@ class QueuesBase(Generic[Q]):
         """Check every connection the queues use; reply: round-trip ms per connection."""
         if self._closed:
             raise QueueClosedError("RedisQueues is closed")
-        yield from guarded("check server", "", self._server_check.run(""))
         checks: list[tuple[str, str, tuple[str, ...]]] = [
             ("quorum", QUORUM, ("PING",)), ("non_quorum", READ, ("PING",))]
         if self.settings.doorbell:  # waiting pops subscribe through the quorum connection
@@ -191,6 +190,7 @@ class QueuesBase(Generic[Q]):
             started = time.perf_counter()
             yield from guarded(f"ping {name}", "", self._command(role, args))
             out[name] = (time.perf_counter() - started) * 1000
+        yield from guarded("ping quorum", "", self._server_check.run(""))
         return out
 
     @staticmethod

@@ -823,7 +823,7 @@ class QueueCore:
         the policy check of this queue's first call."""
         self._check_attached()
         if not self.server_check.done:
-            yield from guarded("check server", key, self.server_check.run(key))
+            yield from guarded(operation, key, self.server_check.run(key))
         if not self._policy_checked:
             yield from guarded(operation, key, self._check_policy())
         return (yield from guarded(operation, key, op))
