@@ -402,3 +402,22 @@ def test_every_script_that_finds_an_id_without_payload_dead_letters_it(
     warned = sum(int(r.args[2]) for r in caplog.records  # type: ignore[index]
                  if "had no payload" in r.getMessage())
     assert counted == warned == len(lost)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cluster_whose_nodes_evict_is_refused(deployment_pool: Any, bridge: Bridge,
+                                                api: str) -> None:
+    cluster = deployment_pool.get("cluster")
+    servers = cluster.topology.servers()
+    for server in servers:
+        with server.client() as node:
+            node.config_set("maxmemory-policy", "allkeys-lfu")
+    try:
+        with cluster.build(api=api, bridge=bridge, key_prefix=f"t{uuid.uuid4().hex[:10]}",
+                           unack_handler_interval_ms=0) as queues:
+            with pytest.raises(ConfigurationError, match="maxmemory-policy is allkeys-lfu"):
+                queues.get("jobs").push([Message("m1", "x")])
+    finally:
+        for server in servers:
+            with server.client() as node:
+                node.config_set("maxmemory-policy", "noeviction")
