@@ -25,9 +25,6 @@ from .requests import QUORUM, Op, Pipeline, RefreshSlots
 
 log = logging.getLogger("dynoqueue.queues")
 
-#: The values of the ``eviction_check`` setting.
-EVICTION_CHECKS = ("refuse", "warn", "off")
-
 
 def eviction_safe(policy: str) -> bool:
     """Whether a ``maxmemory-policy`` never evicts dynoqueue's keys (none has a TTL)."""

@@ -793,7 +793,8 @@ class QueueCore:
     def _payload_missing(self, shard: str | None, count: int) -> None:
         """Report ``count`` ids a script found without payload and dead-lettered (reason
         ``payload-missing``): a warning per batch, and the events ``dead_lettered`` and
-        ``payload_missing``. Evicted keys are the usual cause; nothing else loses payloads."""
+        ``payload_missing``. Evicted keys are the usual cause (or a payload deleted by hand,
+        e.g. a Java client's remove of a grouped message waiting behind its group)."""
         if count <= 0:
             return
         log.warning("queue %s%s: %d ids had no payload (evicted? the server's "
