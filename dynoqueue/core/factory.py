@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
 from ..errors import ConfigurationError, QueueClosedError
-from ..model.keys import check_key_part, check_prefix
+from ..model.keys import check_name, check_queue_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
@@ -87,7 +87,7 @@ class QueuesBase(Generic[Q]):
                 want = "redis.asyncio" if self.asynchronous else "a sync redis"
                 raise ConfigurationError(f"{role} must be {want} client for "
                                          f"{type(self).__module__}.{type(self).__name__}")
-        check_prefix(key_prefix)
+        check_name("key prefix", key_prefix)
         self.settings = QueueSettings.build(
             key_prefix, shard_supplier, cluster=isinstance(quorum_conn, self.cluster_class),
             **options)
@@ -122,11 +122,11 @@ class QueuesBase(Generic[Q]):
 
         Raises:
             ConfigurationError: the name is empty or has braces, whitespace, control chars or
-                ``.`` (the key separator: no two queues may share a key);
+                a key word between dots (``QUEUE.x``: no two queues may share a key);
                 a policy that is not a QueuePolicy, or not the one this queue was created with.
             QueueClosedError: this factory was closed.
         """
-        check_key_part("queue name", queue_name)
+        check_queue_name(queue_name)
         if policy is not None and not isinstance(policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {policy!r}")
         with self._lock:

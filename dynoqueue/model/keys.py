@@ -17,14 +17,18 @@ The doorbell a waiting pop listens on is a pub/sub channel named like the shard'
 pub/sub channels and keys are separate namespaces, so the name needs no further prefix.
 
 Names never collide: two different (prefix, queue, shard) triples never share a key. ``.`` joins
-the parts, so queue, shard and consumer names must not contain it (:func:`check_key_part`); a
-prefix may (Conductor's is ``<namespace>.<stack>``), but its last ``.``-separated part must not be
-one of the key words of :data:`KEY_WORDS` (:func:`check_prefix`). Why that suffices: if
-``P1.R1 == P2.R2`` with ``P1`` longer, then ``P1 == P2.Y`` where ``Y`` is the leading part of
-``R2`` up to a ``.``; ``Y`` cannot reach a queue name (the shortest tail ``R1`` left would be
-one name, but every tail has a key word and a name) nor a ``{Q}`` (prefixes have no braces), so
-``Y`` is ``R2``'s key word and ``P1`` ends in it, which :func:`check_prefix` refuses. With equal
-prefixes, the key word, the number of parts and the dot-free names decide the rest.
+the parts; call the words between dots *components*. Every key is ``P.R`` where ``R`` starts
+with a key word of :data:`KEY_WORDS`. The rules: shard and consumer names have no ``.``
+(:func:`check_key_part`); a queue name may have dots (Conductor task names do), but none of its
+components is a key word (:func:`check_queue_name`); a prefix may have any (Conductor's is
+``<namespace>.<stack>``); no name has braces. Why no two keys coincide: say ``P1.R1 == P2.R2``
+with ``P1`` longer, so ``P1 == P2.Y`` where ``Y`` is the first components of ``R2``; the
+component after ``Y`` starts ``R1``, so it is a key word. But after ``R2``'s key word come the
+queue name's components (no key words), a ``{Q}`` (a brace, not a key word), and last the
+dot-free shard or suffix, which would leave ``R1`` one component while every ``R`` has at least
+two. With equal prefixes, ``R1 == R2``: the key word is the same, the sharded and unsharded key
+words differ, the shard is the last component and the queue name (or ``{Q}``, up to its brace)
+the rest.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ _FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
 #: What joins the parts of a key name.
 SEPARATOR = "."
 #: The word after the prefix of every key shape (this module's, ``P.SPARK.{Q}...`` of the Spark
-#: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): a prefix must not end in one.
+#: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): no queue name has one between dots.
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
     "EXPIRY", "SWEEP", "READY", "GQ", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "SPARK", "YOUZAN"})
@@ -65,15 +69,15 @@ def check_name(kind: str, value: object) -> str:
 
 
 def check_key_part(kind: str, value: object) -> str:
-    """Validate a queue, shard or consumer name: a part of key names between separators.
+    """Validate a shard or consumer name: one component of key names, the last but one.
 
     Returns:
         ``value`` unchanged.
 
     Raises:
         ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a name with
-            ``.`` (the key separator: ``Q = "a.b"`` would share keys with queue ``a``'s shard
-            ``b``).
+            ``.`` (the key separator: queue ``a`` with shard ``b.c`` would share keys with
+            queue ``a.b``'s shard ``c``).
     """
     check_name(kind, value)
     assert isinstance(value, str)
@@ -84,24 +88,25 @@ def check_key_part(kind: str, value: object) -> str:
     return value
 
 
-def check_prefix(value: object, kind: str = "key prefix") -> str:
-    """Validate a key prefix: dots are allowed (Conductor's ``<namespace>.<stack>``), but not as
-    the separator before a key word (``P = "a.QUEUE"`` would share ``a``'s keys).
+def check_queue_name(value: object, kind: str = "queue name") -> str:
+    """Validate a queue name: dots are allowed (``com.acme.resize``), but no ``.``-separated
+    component may be a key word (prefix ``t.UNACK`` with queue ``orders`` would share keys with
+    prefix ``t``'s queue ``QUEUE.orders``).
 
     Returns:
         ``value`` unchanged.
 
     Raises:
-        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a prefix whose
-            last ``.``-separated part is one of :data:`KEY_WORDS`.
+        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a component of
+            the name is one of :data:`KEY_WORDS`.
     """
     check_name(kind, value)
     assert isinstance(value, str)
-    last = value.rsplit(SEPARATOR, 1)[-1]
-    if SEPARATOR in value and last in KEY_WORDS:
+    words = sorted(KEY_WORDS.intersection(value.split(SEPARATOR)))
+    if words:
         raise ConfigurationError(
-            f"{kind} {value!r} must not end in '.{last}': its keys would be another prefix's "
-            f"(key words: {', '.join(sorted(KEY_WORDS))})")
+            f"{kind} {value!r} must not have {words[0]!r} between dots: its keys could be "
+            f"another queue's (key words: {', '.join(sorted(KEY_WORDS))})")
     return value
 
 
@@ -116,8 +121,9 @@ class QueueKeys:
         hash_tag: wrap the queue name in a Cluster hash tag.
 
     Raises:
-        ConfigurationError: (a ValueError) a bad prefix (:func:`check_prefix`), queue or shard
-            name (:func:`check_key_part`), no shards, or a shard named twice.
+        ConfigurationError: (a ValueError) a bad prefix (:func:`check_name`), queue name
+            (:func:`check_queue_name`) or shard name (:func:`check_key_part`), no shards, or a
+            shard named twice.
     """
 
     prefix: str
@@ -126,8 +132,8 @@ class QueueKeys:
     hash_tag: bool = False
 
     def __post_init__(self) -> None:
-        check_prefix(self.prefix)
-        check_key_part("queue name", self.queue)
+        check_name("key prefix", self.prefix)
+        check_queue_name(self.queue)
         if not self.shards:
             raise ConfigurationError("a queue needs at least one shard")
         for shard in self.shards:
@@ -275,9 +281,9 @@ def youzan_index(prefix: str) -> str:
     """``P.YOUZAN.INDEX``: the HTTP server's hash of Youzan job ids to their topic.
 
     Raises:
-        ConfigurationError: a bad prefix (:func:`check_prefix`).
+        ConfigurationError: a bad prefix (:func:`check_name`).
     """
-    return f"{check_prefix(prefix)}.YOUZAN.INDEX"
+    return f"{check_name('key prefix', prefix)}.YOUZAN.INDEX"
 
 
 @dataclass(frozen=True)
@@ -303,8 +309,8 @@ class StreamKeys:
 
     Raises:
         ConfigurationError: (a ValueError) a name is empty or has braces, whitespace or
-            control characters; a queue or consumer name has ``.``; a prefix ends in
-            ``.`` and a key word (see :func:`check_prefix`).
+            control characters; a consumer name has ``.``; a queue name has a key word
+            between dots (:func:`check_queue_name`).
     """
 
     prefix: str
@@ -312,8 +318,8 @@ class StreamKeys:
     consumer: str
 
     def __post_init__(self) -> None:
-        check_prefix(self.prefix)
-        check_key_part("queue name", self.queue)
+        check_name("key prefix", self.prefix)
+        check_queue_name(self.queue)
         check_key_part("consumer name", self.consumer)
 
     @property

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from ..errors import ConfigurationError
-from .keys import check_key_part, check_prefix
+from .keys import check_key_part, check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
 from .states import QueuePolicy
@@ -99,9 +99,7 @@ class QueueSettings:
         """Check every option and fill in the defaults.
 
         Args:
-            key_prefix: prefix of every key (no braces, whitespace or control characters;
-                dots only where its last part is not a key word, see
-                :func:`~dynoqueue.model.keys.check_prefix`).
+            key_prefix: prefix of every key (no braces, whitespace or control characters).
             shard_supplier: names all shards and the local one.
             cluster: the quorum connection is a Redis Cluster client.
             **options: see :class:`QueueOptions`.
@@ -121,7 +119,7 @@ class QueueSettings:
                    shard_supplier.get_current_shard(), cluster, **options)
 
     def __post_init__(self) -> None:
-        check_prefix(self.key_prefix)
+        check_name("key prefix", self.key_prefix)
         for shard in self.shards:
             check_key_part("shard name", shard)
         if not self.shards or self.local_shard not in self.shards:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..connect.urls import redact_url
 from ..errors import ConfigurationError
-from ..model.keys import check_key_part, check_name, check_prefix
+from ..model.keys import check_key_part, check_name, check_queue_name
 from ..model.validate import int_at_least
 from ..queues import RedisQueues
 
@@ -108,7 +108,7 @@ class SourceOptions:
                 f"dynoqueue: unknown option(s) {unknown}; see docs/spark.md for the options"
             )
         url = _required(opts, "url")
-        queue = check_key_part("option 'queue'", _required(opts, "queue"))
+        queue = check_queue_name(_required(opts, "queue"), "option 'queue'")
         zones = _zones(opts.get("zones"))
         local_zone = opts.get("localzone") or None
         if local_zone is not None and (zones is None or local_zone not in zones):
@@ -128,8 +128,8 @@ class SourceOptions:
         return cls(
             url=url,
             queue=queue,
-            key_prefix=check_prefix(opts.get("keyprefix", DEFAULT_KEY_PREFIX),
-                                    "option 'keyPrefix'"),
+            key_prefix=check_name("option 'keyPrefix'",
+                                  opts.get("keyprefix", DEFAULT_KEY_PREFIX)),
             zones=zones,
             local_zone=local_zone,
             replica_urls=replica_urls,
