@@ -289,7 +289,8 @@ class DynoQueue(QueueBase):
             receipt: act only on that lease (see :meth:`ack`).
 
         Returns:
-            True if it was leased (by that receipt) and is now a dead letter.
+            True if it was leased (by that receipt) and is now a dead letter; False also when
+            its payload was gone (evicted): it became a dead letter ``payload-missing``.
 
         Raises:
             InvalidArgumentError: a bad id, reason, error or receipt.
@@ -607,7 +608,9 @@ class DynoQueue(QueueBase):
 
         Returns:
             :class:`DeadLetter` items: message, reason ("max_deliveries", "ttl",
-            "undecodable"), deliveries, last_error, died_at_ms.
+            "undecodable", "payload-missing": found without payload, e.g. evicted; its
+            message has payload None and cannot be redriven, or the one given to
+            :meth:`dead_letter`), deliveries, last_error, died_at_ms.
 
         Raises:
             InvalidArgumentError: count is not an int >= 0.

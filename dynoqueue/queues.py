@@ -56,7 +56,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
             (how long a zone may go without a live factory before the others adopt its shard,
             ms, >= 0, default 30 000; 0: never), ``call_timeout_ms`` (the deadline of every call,
             default 10 000: past it a call raises :class:`~dynoqueue.errors.CallTimeoutError`;
-            a waiting pop gets its wait plus that).
+            a waiting pop gets its wait plus that), ``eviction_check``
+            (``"refuse"``, the default, ``"warn"`` or ``"off"``: what the first call does when
+            the server's ``maxmemory-policy`` may evict queue keys, ``allkeys-*``).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
@@ -143,6 +145,8 @@ class RedisQueues(QueuesBase[DynoQueue]):
             "doorbell": 0.2}`` (no ``"doorbell"`` without one).
 
         Raises:
+            ConfigurationError: the server's ``maxmemory-policy`` may evict queue keys
+                (``allkeys-*``) and ``eviction_check`` is ``"refuse"``.
             AccessDeniedError: a wrong password, unknown user or missing permission (at once).
             RedisOperationError: a connection failed after its retry budget; the operation
                 names it (``ping quorum``, ...).

@@ -6,7 +6,9 @@ delivered. *Duplicated* = deliveries beyond the first of an id. *Early* = delive
 due time (taken from the wall clock just before the push, so never a false alarm). *Seconds
 unavailable* = the longest stretch in which no push was acknowledged while producers kept
 trying. *Stranded* (measured on Dynomite only, ``-`` elsewhere) = ids still stored on any rack
-after the queue was drained: left behind where no consumer will ever get or ack them.
+after the queue was drained: left behind where no consumer will ever get or ack them. *Dead*
+(``-`` where not measured) = acknowledged ids never delivered but found as dead letters with a
+reason (e.g. ``payload-missing`` after an eviction): accounted for, so not counted as lost.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dynoqueue import DynoQueueError
 #: Rows of every fault test of this session, printed by conftest's terminal summary hook.
 SUMMARY_ROWS: list[str] = []
 HEADER = (f"{'fault test':<34} {'attempts':>8} {'acked':>7} {'delivered':>9} {'lost':>5} "
-          f"{'dup':>5} {'early':>5} {'strand':>6} {'unavail s':>9}")
+          f"{'dup':>5} {'early':>5} {'strand':>6} {'dead':>5} {'unavail s':>9}")
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Ledger:
     errors: list[BaseException] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
     stranded: int | None = None
+    #: Ids found as dead letters (None: not measured); never counted as lost.
+    dead_lettered: set[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attempt(self, ids: list[str], delay_ms: int) -> None:
@@ -67,7 +71,8 @@ class Ledger:
     @property
     def lost(self) -> set[str]:
         with self._lock:
-            return {i for i in self.acknowledged if self.deliveries[i] == 0}
+            dead = self.dead_lettered or set()
+            return {i for i in self.acknowledged if self.deliveries[i] == 0 and i not in dead}
 
     @property
     def duplicated(self) -> int:
@@ -87,8 +92,9 @@ class Ledger:
     def row(self) -> str:
         """The summary row; also kept in :data:`SUMMARY_ROWS`."""
         stranded = "-" if self.stranded is None else str(self.stranded)
+        dead = "-" if self.dead_lettered is None else str(len(self.dead_lettered))
         line = (f"{self.name:<34} {self.attempts:>8} {len(self.acknowledged):>7} "
                 f"{len(self.deliveries):>9} {len(self.lost):>5} {self.duplicated:>5} "
-                f"{self.early:>5} {stranded:>6} {self.seconds_unavailable():>9.2f}")
+                f"{self.early:>5} {stranded:>6} {dead:>5} {self.seconds_unavailable():>9.2f}")
         SUMMARY_ROWS.append(line)
         return line

@@ -341,6 +341,10 @@ def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
     if settings.get("doorbell") or settings.get("eval_scripts") is False:
         raise ConfigurationError("Dynomite has no pub/sub (doorbell=False) and a restarted "
                                  "rack loses its scripts (eval_scripts=True)")
+    if settings.get("eviction_check", "off") != "off":
+        raise ConfigurationError("Dynomite does not forward CONFIG GET (it closes the "
+                                 "connection): check each rack's maxmemory-policy yourself "
+                                 "and leave eviction_check off")
     # RESP2 and no CLIENT SETINFO: Dynomite closes the connection on commands it does not know.
     options.update(protocol=2, driver_info=None)
     # hash_tag stays the caller's choice: off shares keys with Java dyno-queues (one node per
@@ -348,6 +352,7 @@ def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
     profile: BuildSettings = {"hash_tag": False, "clock": system_clock_ms}
     profile.update(settings)
     profile["doorbell"], profile["eval_scripts"] = False, True
+    profile["eviction_check"] = "off"
     return profile, options
 
 

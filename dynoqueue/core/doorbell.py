@@ -14,10 +14,12 @@ doorbell of each API (:mod:`dynoqueue.io`) answers them.
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 
 from ..model.message import as_text
 
@@ -28,6 +30,23 @@ log = logging.getLogger("dynoqueue.doorbell")
 LISTEN_TICK_S = 0.1
 #: First and longest pause between reconnection attempts (doubling in between).
 RECONNECT_DELAY_S = (0.05, 2.0)
+#: Pause before subscribing again after the server refused the channels (ACL): a permission
+#: granted later is picked up, without filling the server's ACL LOG.
+DENIED_RETRY_S = 60.0
+
+_reported: weakref.WeakSet[Any] = weakref.WeakSet()
+_reported_lock = threading.Lock()
+
+
+def report_denied(conn: Any, channels: Sequence[str], reason: str) -> None:
+    """Log, once per client (so once per factory), that the doorbell is unavailable."""
+    with _reported_lock:
+        if conn in _reported:
+            return
+        _reported.add(conn)
+    log.warning("doorbell unavailable: the user may not subscribe to %s (%s); waiting pops "
+                "poll every poll_interval_ms instead (grant it with ACL SETUSER <user> "
+                "'&<prefix>.QUEUE.*', or pass doorbell=False)", channels[0], reason)
 
 
 class Rings:
@@ -38,8 +57,11 @@ class Rings:
     """
 
     def __init__(self, channels: Sequence[str]) -> None:
+        self.channels = list(channels)
         self.counts = dict.fromkeys(channels, 0)
         self.listening = False
+        #: The server refused the subscription (ACL): waiting pops poll, as with no doorbell.
+        self.denied = False
 
     def ticket(self, channels: Sequence[str]) -> int:
         """The token a waiting pop compares against: the sum of its channels' ring counts."""
@@ -91,12 +113,15 @@ class Rang:
 
 
 class Listening:
-    """Record whether the subscription is confirmed (and wake pops waiting for it)."""
+    """Record whether the subscription is confirmed (and wake pops waiting for it); with
+    ``denied`` (the server's reason), that the server refused it: report it once per factory
+    (:func:`report_denied`) and have waiting pops poll."""
 
-    __slots__ = ("value",)
+    __slots__ = ("denied", "value")
 
-    def __init__(self, value: bool) -> None:
+    def __init__(self, value: bool, denied: str | None = None) -> None:
         self.value = value
+        self.denied = denied
 
 
 class Pause:
@@ -117,6 +142,8 @@ def listen(channels: Sequence[str], closed: Callable[[], bool]) -> ListenOp:
     Any error, a Redis one or not, ends the subscription, logs once per outage (a traceback
     only for unexpected errors) and retries after a pause that doubles up to
     ``RECONNECT_DELAY_S[1]``; the listener itself never dies, or waiting pops would only poll.
+    A refused subscription (no ACL permission for the channels) is reported once per factory
+    and retried every ``DENIED_RETRY_S``; meanwhile waiting pops poll.
     """
     delay = RECONNECT_DELAY_S[0]
     listening = False
@@ -140,6 +167,14 @@ def listen(channels: Sequence[str], closed: Callable[[], bool]) -> ListenOp:
                         yield Listening(True)
                         yield Rang(None)  # rings may have been missed while not subscribed
         except Exception as exc:  # never let the listener die (see the docstring)
+            if isinstance(exc, NoPermissionError):  # no channel permission: poll, retry rarely
+                listening = False
+                yield Listening(False, denied=str(exc))
+                if handle is not None:
+                    yield Unsubscribe(handle)
+                    handle = None
+                yield Pause(DENIED_RETRY_S)
+                continue
             if listening or delay == RECONNECT_DELAY_S[0]:
                 if isinstance(exc, RedisError):
                     log.warning("doorbell subscription lost, waiting pops will poll: %s", exc)

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
 from ..errors import ConfigurationError, QueueClosedError
-from ..model.keys import check_name
+from ..model.keys import check_name, check_queue_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
+from .preflight import ServerCheck
 from .queue import QueueCore, guarded, no_events
 from .requests import QUORUM, READ, Budget, Command, Op
 from .zones import ZoneWatch
@@ -113,6 +114,9 @@ class QueuesBase(Generic[Q]):
         #: pass handles them too (with the policy stored in Redis, not this factory's).
         self._discovered: dict[str, QueueCore] = {}
         self._next_pass = time.monotonic() + self.unack_handler_interval_ms / 1000
+        self._server_check = ServerCheck(self.settings.eviction_check, self.settings.cluster)
+        if self._server_check.done:
+            log.debug("maxmemory-policy not checked: eviction_check is off")
 
     def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
@@ -125,11 +129,12 @@ class QueuesBase(Generic[Q]):
                 the stored one gets a ConfigurationError then.
 
         Raises:
-            ConfigurationError: the name is empty or has braces, whitespace or control chars;
+            ConfigurationError: the name is empty or has braces, whitespace, control chars or
+                a key word between dots (``QUEUE.x``: no two queues may share a key);
                 a policy that is not a QueuePolicy, or not the one this queue was created with.
             QueueClosedError: this factory was closed.
         """
-        check_name("queue name", queue_name)
+        check_queue_name(queue_name)
         if policy is not None and not isinstance(policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {policy!r}")
         with self._lock:
@@ -145,6 +150,7 @@ class QueuesBase(Generic[Q]):
                                  replica_reads=self._replica_reads, policy=policy)
                 core.events = self._events
                 core.zones = self.zones
+                core.server_check = self._server_check
                 queue = self.queue_class(core, self._driver)
                 self._queues[queue_name] = queue
             return queue
@@ -160,7 +166,8 @@ class QueuesBase(Generic[Q]):
 
         Args:
             events: a quick, thread-safe callable (no I/O); kind is pushed, delivered, acked,
-                nacked, redelivered, dead_lettered or expired, count >= 0 messages.
+                nacked, redelivered, dead_lettered, expired or payload_missing (ids found
+                without payload, also counted as dead_lettered), count >= 0 messages.
         """
         with self._lock:
             self._events = events
@@ -196,6 +203,7 @@ class QueuesBase(Generic[Q]):
             started = time.perf_counter()
             yield from guarded(f"ping {name}", "", self._command(role, args))
             out[name] = (time.perf_counter() - started) * 1000
+        yield from guarded("ping quorum", "", self._server_check.run(""))
         return out
 
     @staticmethod

@@ -54,6 +54,7 @@ from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
 from .deadline import DeadlinePassed
+from .preflight import ServerCheck
 from .requests import (
     QUORUM,
     READ,
@@ -97,6 +98,8 @@ _SET_TIMEOUT_ATTEMPTS = 5
 ADOPTED_REQUEUE_BATCHES = 4
 #: Longest error text a nack records (longer ones are cut): it is kept with the message.
 _MAX_ERROR_CHARS = 4096
+#: What a queue made without a factory checks of its server: nothing.
+_NO_SERVER_CHECK = ServerCheck("off")
 _ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
 #: Pauses before repeating an idempotent call that Dynomite answered with its own error (no
 #: quorum, a rack's redis unreachable): ~2.5 s in all, a quick redis-server restart plus the
@@ -189,13 +192,16 @@ class QueueCore:
         #: The factory closed its connections: every call is refused.
         self.detached = False
         #: Told ``events(queue, kind, count)`` after an operation succeeds, with kind one of
-        #: pushed, delivered, acked, nacked, redelivered, dead_lettered, expired (no I/O: see
+        #: pushed, delivered, acked, nacked, redelivered, dead_lettered, expired,
+        #: payload_missing (dead-lettered: found without payload) (no I/O: see
         #: dynoqueue.metrics; set through the factory's ``set_events``); and, once per message
         #: a pop delivered, ``late_ms`` with count = its lateness (claim time - due ms, >= 0).
         self.events: Callable[[str, str, int], None] = no_events
         #: The factory's queue registry and zone heartbeat (None: this queue registers
         #: nothing and adopts no shard).
         self.zones: ZoneWatch | None = None
+        #: The factory's server check, run before this queue's first call if not done yet.
+        self.server_check = _NO_SERVER_CHECK
 
     def __repr__(self) -> str:
         return f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r})"
@@ -335,6 +341,9 @@ class QueueCore:
                 self.events(self.name, "delivered", got)
                 for ms in late:
                     self.events(self.name, LATE, ms)
+                missing = int(result[2])
+                if missing:
+                    self._payload_missing(shard, missing)
                 if undecodable:
                     pairs = [part for mid in undecodable for part in (mid, "")]
                     yield from self._script(QUORUM, "bury", self._life_keys,
@@ -346,7 +355,7 @@ class QueueCore:
                 due_in = int(result[1])
                 if due_in >= 0:
                     next_due = due_in if next_due is None else min(next_due, due_in)
-                if got + len(undecodable) < ask:
+                if got + len(undecodable) + missing < ask:
                     break
             if len(claim.held) >= claim.count:
                 break
@@ -444,9 +453,10 @@ class QueueCore:
         step = SCRIPT_BATCH * 2
         replies = yield from self._write(operation, "nack", [
             (self._life_keys, [*head, *pairs[i:i + step]]) for i in range(0, len(pairs), step)])
-        again, dead = (sum(int(reply[i]) for reply in replies) for i in (0, 1))
+        again, dead, missing = (sum(int(reply[i]) for reply in replies) for i in (0, 1, 2))
         self.events(self.name, "nacked", again)
-        self.events(self.name, "dead_lettered", dead)
+        self.events(self.name, "dead_lettered", dead - missing)
+        self._payload_missing(None, missing)
         return again + dead
 
     def set_lease(self, operation: str, id: str, timeout_ms: int, *,
@@ -480,9 +490,10 @@ class QueueCore:
             raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
         pairs = [id, _receipt(receipt)]
         self._check_attached()
-        (buried,) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
+        ((buried, missing),) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
             self._now_arg(), reason[:200], (error or "")[:_MAX_ERROR_CHARS], *pairs])])
         self.events(self.name, "dead_lettered", int(buried))
+        self._payload_missing(None, int(missing))
         return int(buried) == 1
 
     def postpone(self, id: str, delay_ms: int, priority: int | None) -> Op[bool]:
@@ -750,9 +761,7 @@ class QueueCore:
                          self.name, *(int(n) for n in swept[:5]))
             if not int(swept[5]):
                 break
-        if stale:
-            log.warning("queue %s shard %s: dropped %d leased ids without payload",
-                        self.name, self.local_shard, stale)
+        self._payload_missing(self.local_shard, stale)
         self.events(self.name, "redelivered", requeued)
         self.events(self.name, "dead_lettered", dead)
         if requeued or dead:
@@ -826,6 +835,9 @@ class QueueCore:
         return None
 
     def _claimed_one(self, result: Any) -> Message | None:
+        if isinstance(result, int) and result < 0:  # claim_id: the id had no payload
+            self._payload_missing(None, 1)
+            return None
         if not result:
             return None
         index, raw, deliveries, now, due = result
@@ -833,6 +845,20 @@ class QueueCore:
         self.events(self.name, "delivered", 1)
         self.events(self.name, LATE, max(0, int(now) - int(due)))
         return message
+
+    def _payload_missing(self, shard: str | None, count: int) -> None:
+        """Report ``count`` ids a script found without payload and dead-lettered (reason
+        ``payload-missing``): a warning per batch, and the events ``dead_lettered`` and
+        ``payload_missing``. Evicted keys are the usual cause (or a payload deleted by hand,
+        e.g. a Java client's remove of a grouped message waiting behind its group)."""
+        if count <= 0:
+            return
+        log.warning("queue %s%s: %d ids had no payload (evicted? the server's "
+                    "maxmemory-policy must be noeviction or volatile-*); dead-lettered with "
+                    "reason payload-missing", self.name,
+                    "" if shard is None else f" shard {shard}", count)
+        self.events(self.name, "dead_lettered", count)
+        self.events(self.name, "payload_missing", count)
 
     def _check_policy(self) -> Op[None]:
         """At the first call with an explicit policy: store it unless the queue has one, and
@@ -853,6 +879,8 @@ class QueueCore:
         """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`), after
         the policy check of this queue's first call."""
         self._check_attached()
+        if not self.server_check.done:
+            yield from guarded(operation, key, self.server_check.run(key))
         if not self._policy_checked:
             yield from guarded(operation, key, self._check_policy())
         return (yield from guarded(operation, key, op))
@@ -1007,7 +1035,7 @@ class _Claim:
         undecodable: list[str] = []
         late: list[int] = []
         got = 0
-        for i in range(2, len(result), 4):  # id, json, deliveries, due ms
+        for i in range(3, len(result), 4):  # id, json, deliveries, due ms
             try:
                 message = _leased(result[i + 1], shard, int(result[i + 2]), now)
             except InvalidMessageError:

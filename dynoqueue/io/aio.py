@@ -157,7 +157,7 @@ class AsyncDriver:
     async def _ticket(self, request: rq.Ticket) -> rq.BellState:
         doorbell = await self.doorbell(request.bell)
         return rq.BellState(doorbell.rings.ticket(request.channels), doorbell.rings.listening,
-                         doorbell.enabled)
+                            doorbell.enabled and not doorbell.rings.denied)
 
     async def _wait_bell(self, request: rq.WaitBell) -> bool:
         doorbell = await self.doorbell(request.bell)
@@ -319,7 +319,8 @@ class TaskDoorbell(DoorbellBase):
 
     async def wait_until_listening(self, timeout_s: float) -> bool:
         """Wait until subscribed (or ``timeout_s`` seconds pass); return whether it is."""
-        return await self._wait_for(lambda: self.rings.listening, timeout_s)
+        return await self._wait_for(lambda: self.rings.listening or self.rings.denied,
+                                    timeout_s)
 
     async def wait(self, channels: Sequence[str], ticket: int, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a ring on ``channels`` after ``ticket``; rung?"""
@@ -376,7 +377,10 @@ class TaskDoorbell(DoorbellBase):
             self._changed.notify_all()
 
     async def _listening(self, request: bell.Listening) -> None:
+        if request.denied is not None:
+            bell.report_denied(self._conn, self.rings.channels, request.denied)
         self.rings.listening = request.value
+        self.rings.denied = request.denied is not None
         async with self._changed:
             self._changed.notify_all()
 

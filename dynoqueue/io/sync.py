@@ -143,7 +143,7 @@ class SyncDriver:
     def _ticket(self, request: rq.Ticket) -> rq.BellState:
         doorbell = self.doorbell(request.bell)
         return rq.BellState(doorbell.ticket(request.channels), doorbell.rings.listening,
-                         doorbell.enabled)
+                            doorbell.enabled and not doorbell.rings.denied)
 
     def _wait_bell(self, request: rq.WaitBell) -> bool:
         return self.doorbell(request.bell).wait(request.channels, request.ticket,
@@ -194,8 +194,8 @@ class ThreadDoorbell(DoorbellBase):
     def wait_until_listening(self, timeout_s: float) -> bool:
         """Block until subscribed (or ``timeout_s`` seconds pass); return whether it is."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.rings.listening or self._closed.is_set(),
-                                       timeout_s)
+            return self._cond.wait_for(lambda: self.rings.listening or self.rings.denied
+                                       or self._closed.is_set(), timeout_s)
 
     def ticket(self, channels: Sequence[str]) -> int:
         """A token for :meth:`wait`: take it before checking the queue, so no ring is missed."""
@@ -251,6 +251,9 @@ class ThreadDoorbell(DoorbellBase):
             self._cond.notify_all()
 
     def _listening(self, request: bell.Listening) -> None:
+        if request.denied is not None:
+            bell.report_denied(self._conn, self.rings.channels, request.denied)
         with self._cond:
             self.rings.listening = request.value
+            self.rings.denied = request.denied is not None
             self._cond.notify_all()

@@ -32,6 +32,8 @@ _HELP = {
     "dead_lettered": "Messages this process dead-lettered (max deliveries, TTL after "
                      "delivery, undecodable, dead_letter()).",
     "expired": "Messages whose TTL ran out before any delivery (found by this process).",
+    "payload_missing": "Ids this process found without payload (evicted) and dead-lettered "
+                       "with reason payload-missing; also counted as dead_lettered.",
 }
 
 

@@ -13,6 +13,7 @@ COUNTERS: dict[str, str] = {
     "redelivered": "dynoqueue_messages_redelivered",
     "dead_lettered": "dynoqueue_messages_dead_lettered",
     "expired": "dynoqueue_messages_expired",
+    "payload_missing": "dynoqueue_messages_payload_missing",
 }
 #: The core's event that feeds LATENESS: once per delivery, count = its lateness in ms.
 LATE_EVENT = "late_ms"

@@ -16,6 +16,20 @@ every key of one queue hashes to one slot and each Lua script stays single-slot.
 
 The doorbell a waiting pop listens on is a pub/sub channel named like the shard's queue key:
 pub/sub channels and keys are separate namespaces, so the name needs no further prefix.
+
+Names never collide: two different (prefix, queue, shard) triples never share a key. ``.`` joins
+the parts; call the words between dots *components*. Every key is ``P.R`` where ``R`` starts
+with a key word of :data:`KEY_WORDS`. The rules: shard and consumer names have no ``.``
+(:func:`check_key_part`); a queue name may have dots (Conductor task names do), but none of its
+components is a key word (:func:`check_queue_name`); a prefix may have any (Conductor's is
+``<namespace>.<stack>``); no name has braces. Why no two keys coincide: say ``P1.R1 == P2.R2``
+with ``P1`` longer, so ``P1 == P2.Y`` where ``Y`` is the first components of ``R2``; the
+component after ``Y`` starts ``R1``, so it is a key word. But after ``R2``'s key word come the
+queue name's components (no key words), a ``{Q}`` (a brace, not a key word), and last the
+dot-free shard or suffix, which would leave ``R1`` one component while every ``R`` has at least
+two. With equal prefixes, ``R1 == R2``: the key word is the same, the sharded and unsharded key
+words differ, the shard is the last component and the queue name (or ``{Q}``, up to its brace)
+the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +41,13 @@ from ..errors import ConfigurationError
 
 # Braces would break Cluster hash tags; whitespace and control characters make keys unreadable.
 _FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+#: What joins the parts of a key name.
+SEPARATOR = "."
+#: The word after the prefix of every key shape (this module's, ``P.SPARK.{Q}...`` of the Spark
+#: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): no queue name has one between dots.
+KEY_WORDS = frozenset({
+    "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
+    "EXPIRY", "SWEEP", "READY", "GQ", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "SPARK", "YOUZAN"})
 
 
 def check_name(kind: str, value: object) -> str:
@@ -48,6 +69,48 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+def check_key_part(kind: str, value: object) -> str:
+    """Validate a shard or consumer name: one component of key names, the last but one.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a name with
+            ``.`` (the key separator: queue ``a`` with shard ``b.c`` would share keys with
+            queue ``a.b``'s shard ``c``).
+    """
+    check_name(kind, value)
+    assert isinstance(value, str)
+    if SEPARATOR in value:
+        raise ConfigurationError(
+            f"{kind} {value!r} must not contain {SEPARATOR!r}, the key separator (another "
+            f"queue or shard would share its keys); use '-' or '_' instead")
+    return value
+
+
+def check_queue_name(value: object, kind: str = "queue name") -> str:
+    """Validate a queue name: dots are allowed (``com.acme.resize``), but no ``.``-separated
+    component may be a key word (prefix ``t.UNACK`` with queue ``orders`` would share keys with
+    prefix ``t``'s queue ``QUEUE.orders``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ConfigurationError: (a ValueError) what :func:`check_name` refuses, or a component of
+            the name is one of :data:`KEY_WORDS`.
+    """
+    check_name(kind, value)
+    assert isinstance(value, str)
+    words = sorted(KEY_WORDS.intersection(value.split(SEPARATOR)))
+    if words:
+        raise ConfigurationError(
+            f"{kind} {value!r} must not have {words[0]!r} between dots: its keys could be "
+            f"another queue's (key words: {', '.join(sorted(KEY_WORDS))})")
+    return value
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """The key names of one queue over its shards.
@@ -57,6 +120,11 @@ class QueueKeys:
         queue: the queue name.
         shards: all shard names, in the order scripts receive them.
         hash_tag: wrap the queue name in a Cluster hash tag.
+
+    Raises:
+        ConfigurationError: (a ValueError) a bad prefix (:func:`check_name`), queue name
+            (:func:`check_queue_name`) or shard name (:func:`check_key_part`), no shards, or a
+            shard named twice.
     """
 
     prefix: str
@@ -66,11 +134,11 @@ class QueueKeys:
 
     def __post_init__(self) -> None:
         check_name("key prefix", self.prefix)
-        check_name("queue name", self.queue)
+        check_queue_name(self.queue)
         if not self.shards:
             raise ConfigurationError("a queue needs at least one shard")
         for shard in self.shards:
-            check_name("shard name", shard)
+            check_key_part("shard name", shard)
         if len(set(self.shards)) != len(self.shards):
             raise ConfigurationError(f"shard names must be unique, got {list(self.shards)}")
 
@@ -244,7 +312,8 @@ class StreamKeys:
 
     Raises:
         ConfigurationError: (a ValueError) a name is empty or has braces, whitespace or
-            control characters.
+            control characters; a consumer name has ``.``; a queue name has a key word
+            between dots (:func:`check_queue_name`).
     """
 
     prefix: str
@@ -253,8 +322,8 @@ class StreamKeys:
 
     def __post_init__(self) -> None:
         check_name("key prefix", self.prefix)
-        check_name("queue name", self.queue)
-        check_name("consumer name", self.consumer)
+        check_queue_name(self.queue)
+        check_key_part("consumer name", self.consumer)
 
     @property
     def _base(self) -> str:

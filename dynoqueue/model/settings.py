@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from ..errors import ConfigurationError
-from .keys import check_name
+from .keys import check_key_part, check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
 from .states import QueuePolicy
@@ -54,6 +54,11 @@ class QueueOptions(TypedDict, total=False):
             The builders derive their clients' socket timeouts from it (read: half of it,
             connect: a quarter, at most 2 s), so a frozen server fails a call in about half
             the deadline; ``close()`` is bounded by it too.
+        eviction_check: what the first call does when the server's ``maxmemory-policy`` may
+            evict queue keys (``allkeys-*``: messages vanish without an error): ``"refuse"``
+            (default: raise ConfigurationError), ``"warn"`` (log one warning) or ``"off"``.
+            A server or user that refuses ``CONFIG GET`` is not checked (see
+            :mod:`dynoqueue.core.preflight`).
     """
 
     unack_timeout_ms: int
@@ -70,6 +75,7 @@ class QueueOptions(TypedDict, total=False):
     eval_scripts: bool
     orphan_shard_grace_ms: int
     call_timeout_ms: int
+    eviction_check: str
 
 
 #: Default and bounds of ``call_timeout_ms``.
@@ -106,6 +112,7 @@ class QueueSettings:
     eval_scripts: bool = False
     orphan_shard_grace_ms: int = 30_000
     call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
+    eviction_check: str = "refuse"
 
     @classmethod
     def build(cls, key_prefix: str, shard_supplier: ShardSupplier, *, cluster: bool,
@@ -134,6 +141,8 @@ class QueueSettings:
 
     def __post_init__(self) -> None:
         check_name("key prefix", self.key_prefix)
+        for shard in self.shards:
+            check_key_part("shard name", shard)
         if not self.shards or self.local_shard not in self.shards:
             raise ConfigurationError(f"current shard {self.local_shard!r} is not one of the "
                                      f"shards {list(self.shards)}")
@@ -146,6 +155,9 @@ class QueueSettings:
         check_call_timeout_ms(self.call_timeout_ms)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
+        if self.eviction_check not in ("refuse", "warn", "off"):
+            raise ConfigurationError(f"eviction_check must be 'refuse', 'warn' or 'off', "
+                                     f"got {self.eviction_check!r}")
         if self.clock is not None and not callable(self.clock):
             raise ConfigurationError("clock must be a callable returning epoch milliseconds")
         strategy = self.sharding_strategy

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
-from .keys import check_name
+from .keys import check_key_part, check_name
 
 if TYPE_CHECKING:
     from .message import Message
@@ -46,7 +46,7 @@ class StaticShardSupplier:
     def __init__(self, shards: Sequence[str], current: str) -> None:
         if isinstance(shards, str) or not shards:
             raise ConfigurationError(f"shards must be a non-empty list of names, got {shards!r}")
-        self._shards = [check_name("shard name", s) for s in shards]
+        self._shards = [check_key_part("shard name", s) for s in shards]
         if len(set(self._shards)) != len(self._shards):
             raise ConfigurationError(f"shard names must be unique, got {self._shards}")
         if current not in self._shards:

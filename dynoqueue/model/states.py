@@ -130,8 +130,10 @@ class DeadLetter:
     """One dead-lettered message (:meth:`DynoQueue.dead_letters`).
 
     Attributes:
-        message: the message as it was pushed (``deliveries`` set).
-        reason: "max_deliveries", "ttl" or "undecodable".
+        message: the message as it was pushed (``deliveries`` set); only its id (payload
+            None) for "payload-missing".
+        reason: "max_deliveries", "ttl", "undecodable", "payload-missing" (its id was found
+            without payload: evicted), or the reason given to ``dead_letter``.
         deliveries: how many times it was delivered.
         last_error: the error text of its last nack, or None.
         died_at_ms: when it was dead-lettered, epoch ms.

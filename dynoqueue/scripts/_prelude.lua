@@ -59,9 +59,11 @@ end
 -- Ring a shard's doorbell: waiting pops subscribed to the channel named like the shard's queue
 -- key re-check at once instead of sleeping until their next poll.
 -- DOORBELL is switched off (text replaced at load) for servers without pub/sub, e.g. Dynomite.
+-- pcall: an ACL user without channel permission (Redis 7 gives new users none) gets an error
+-- from PUBLISH after the script's writes, which stay applied; a lost ring only delays pops.
 local DOORBELL = true
 local function ring(queue_key)
-  if DOORBELL then redis.call('PUBLISH', queue_key, '1') end
+  if DOORBELL then redis.pcall('PUBLISH', queue_key, '1') end
 end
 
 -- Lua pattern match that reports a malformed pattern as a typed error instead of a script crash.
@@ -290,7 +292,7 @@ end
 
 -- The current message of group g (in shard s) left: the first one in line, if any, becomes
 -- current and waits, due at its own due time. (One whose message a Java client removed is
--- dropped when a claim finds no payload, which moves the group on again.)
+-- dead-lettered as 'payload-missing' when a claim finds no payload, which moves the group on.)
 local function promote_next(k, g, s)
   local prefix = group_prefix(g)
   local member = first_pending(k, prefix, s)
@@ -433,14 +435,32 @@ local function end_message(k, p, id, state, now, shard)
   finish(k, p, id, state, now, shard)
 end
 
+-- id is in a zset of shard s but its payload is gone: evicted (an allkeys-* maxmemory-policy
+-- evicts whole keys, the message hash among them) or deleted by hand. It can never be
+-- delivered, so it becomes a dead letter with reason 'payload-missing' and no payload (no 'j')
+-- instead of vanishing; callers count these so the client logs them. An older dead letter of
+-- the same id (one with its payload) is kept as it is.
+local function bury_missing(k, id, now, s)
+  local rec = life_of(k, id)
+  forget(k, id, s)
+  if redis.call('HSETNX', k.deadinfo, id, cjson.encode({r = 'payload-missing', at = now,
+                                                       d = rec.d or 0, sh = s, l = rec.l,
+                                                       e = rec.e, m = rec.m, t = rec.t})) == 1 then
+    redis.call('ZADD', k.dead, now, id)
+  end
+end
+
 -- The message becomes a dead letter (reason 'max_deliveries', 'ttl' or 'undecodable'): out of
 -- every zset, its group and the message hash, into the dead zset (by time of death) and dead
--- info.
+-- info. Without its payload it becomes a 'payload-missing' dead letter instead (false).
 local function dead_letter(k, id, reason, now, shard)
   local json = redis.call('HGET', k.msg, id)
+  if not json then
+    bury_missing(k, id, now, shard)
+    return false
+  end
   local rec = life_of(k, id)
   forget(k, id, shard)
-  if not json then return false end
   redis.call('ZADD', k.dead, now, id)
   redis.call('HSET', k.deadinfo, id, cjson.encode({r = reason, at = now, j = json,
                                                   d = rec.d or 0, sh = shard, l = rec.l,

@@ -4,11 +4,12 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] reason, [3] error text or '', then pairs: id, receipt
 --       ('' = any lease of that id)
--- Returns: how many were dead-lettered (an id not leased, or leased again since its receipt, is
--- left alone).
+-- Returns: {how many were dead-lettered, how many of the leased ids had no payload (dead-lettered
+-- 'payload-missing' instead)}; an id not leased, or leased again since its receipt, is left
+-- alone.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local buried = 0
+local buried, missing = 0, 0
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   local s, rec = leased(k, id, ARGV[i + 1])
@@ -17,7 +18,7 @@ for i = 4, #ARGV, 2 do
       rec.l = ARGV[3]
       save_life(k, id, rec)
     end
-    if dead_letter(k, id, ARGV[2], now, s) then buried = buried + 1 end
+    if dead_letter(k, id, ARGV[2], now, s) then buried = buried + 1 else missing = missing + 1 end
   end
 end
-return buried
+return {buried, missing}

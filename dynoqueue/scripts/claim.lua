@@ -2,15 +2,17 @@
 -- delivery and giving each lease a receipt.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] shard index (1..n), [3] count (1..1000), [4] lease ms
--- Returns: {now, ms until the next waiting message is due (-1 if none),
---           id1, json1, deliveries1, due1, id2, ...}; a receipt is deliveries:now; due: the
---           epoch ms it fell due (its score without the priority), for delivery lateness.
+-- Returns: {now, ms until the next waiting message is due (-1 if none), ids dead-lettered as
+--           'payload-missing', id1, json1, deliveries1, due1, id2, ...}; a receipt is
+--           deliveries:now; due: the epoch ms it fell due (its score without the priority), for
+--           delivery lateness.
 -- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check.
 -- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
 -- lowest ready scores are claimed (most urgent first). A grouped message is claimable only as
 -- its group's current message, so claiming it locks the group with no further step.
--- An id whose payload is gone can never be delivered, so it is dropped from the queue zset; one
--- whose TTL ran out ends (EXPIRED, or dead-lettered if it had been delivered) instead.
+-- An id whose payload is gone (evicted) can never be delivered, so it becomes a dead letter
+-- 'payload-missing' (counted in the reply); one whose TTL ran out ends (EXPIRED, or
+-- dead-lettered if it had been delivered) instead.
 -- The batch is read and written with one variadic command per key (HMGET, ZREM, ZADD, HSET), not
 -- one per message: a claim of 500 costs about as much Lua as a claim of a few.
 local k = lifecycle_keys()
@@ -33,7 +35,7 @@ for i = 1, #scored, 2 do
   ids[#ids + 1] = scored[i]
   dues[#dues + 1] = (split(tonumber(scored[i + 1])))
 end
-local out = {now, -1}
+local out = {now, -1, 0}
 if #ids > 0 then
   local jsons = redis.call('HMGET', k.msg, unpack(ids))
   local lives = redis.call('HMGET', k.life, unpack(ids))
@@ -64,7 +66,8 @@ if #ids > 0 then
     redis.call('ZADD', k.unack(s), unpack(leases))
     redis.call('HSET', k.life, unpack(records))
   end
-  for _, id in ipairs(gone) do forget(k, id, s) end
+  for _, id in ipairs(gone) do bury_missing(k, id, now, s) end
+  out[3] = #gone
   for _, item in ipairs(ended) do  -- TTL ran out: never delivered ends, delivered dies
     if (item[2].d or 0) > 0 then dead_letter(k, item[1], 'ttl', now, s)
     else end_message(k, p, item[1], 'EXPIRED', now, s) end

@@ -4,7 +4,8 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] lease ms, [4..] shard indexes to search, in order
 -- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
--- false when not waiting, not yet due, unknown, or ended by its TTL.
+-- false when not waiting, not yet due, unknown, or ended by its TTL; -1 when its payload was
+-- gone (it became a 'payload-missing' dead letter).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
@@ -21,8 +22,8 @@ for i = 4, #ARGV do
   if score then
     local json = redis.call('HGET', k.msg, id)
     if not json then
-      forget(k, id, s)
-      return false
+      bury_missing(k, id, now, s)
+      return -1
     end
     local deliveries = lease(k, p, id, s, now, tonumber(ARGV[3]), from)
     if not deliveries then return false end

@@ -4,13 +4,13 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] delay ms (>= 0), [3] error text or '',
 --       then pairs: id, receipt ('' = any lease of that id)
--- Returns: {due again, dead-lettered}; an id not leased (or leased again since its receipt)
--- counts in neither.
+-- Returns: {due again, dead-lettered, of those without payload ('payload-missing')}; an id not
+-- leased (or leased again since its receipt) counts in none.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])
 local p = policy_of(k)
-local again, dead = 0, 0
+local again, dead, missing = 0, 0, 0
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   local s, rec = leased(k, id, ARGV[i + 1])
@@ -19,7 +19,9 @@ for i = 4, #ARGV, 2 do
     local json = redis.call('HGET', k.msg, id)
     local most = max_deliveries(rec, p)
     if not json then
-      forget(k, id, s)
+      bury_missing(k, id, now, s)
+      dead = dead + 1
+      missing = missing + 1
     elseif most > 0 and (rec.d or 0) >= most then
       save_life(k, id, rec)
       dead_letter(k, id, 'max_deliveries', now, s)
@@ -32,4 +34,4 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
-return {again, dead}
+return {again, dead, missing}

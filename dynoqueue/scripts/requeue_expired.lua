@@ -2,8 +2,8 @@
 -- run by the unack reprocessor); one whose lease was its max deliveries-th is dead-lettered.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] shard index, [3] batch size (1..1000)
--- Returns: {requeued, stale (leased ids without payload, dropped), 1 if more expired leases
--- remain, dead-lettered}
+-- Returns: {requeued, leased ids without payload (dead-lettered 'payload-missing'), 1 if more
+-- expired leases remain, dead-lettered at their max deliveries}
 -- A requeued message is due at its lease expiry (already past, so at once, oldest lease first)
 -- plus its priority fraction; a grouped one stays its group's current message.
 local k = lifecycle_keys()
@@ -17,12 +17,11 @@ local requeued, stale, dead = 0, 0, 0
 for i = 1, #expired, 2 do
   local id = expired[i]
   local json = redis.call('HGET', k.msg, id)
-  redis.call('ZREM', unack, id)
   if not json then
-    redis.call('HDEL', k.life, id)
-    group_leave(k, id)
+    bury_missing(k, id, now, s)
     stale = stale + 1
   else
+    redis.call('ZREM', unack, id)
     p = p or policy_of(k)
     local rec = life_of(k, id)
     local most = max_deliveries(rec, p)

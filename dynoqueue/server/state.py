@@ -18,7 +18,7 @@ from ..asyncio.queue import DynoQueue
 from ..errors import DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
-from ..model.keys import QueueKeys, check_name, youzan_index
+from ..model.keys import QueueKeys, check_queue_name, youzan_index
 from ..model.states import QueuePolicy
 from .longpoll import LongPolls
 
@@ -135,7 +135,7 @@ class ServerState:
         found = self._topics.get(topic)
         if found is not None:
             return found
-        check_name("topic", topic)
+        check_queue_name(topic, "topic")
         async with self._lock:
             found = self._topics.get(topic)
             if found is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..connect.urls import redact_url
 from ..errors import ConfigurationError
-from ..model.keys import check_name
+from ..model.keys import check_key_part, check_name, check_queue_name
 from ..model.validate import int_at_least
 from ..queues import RedisQueues
 
@@ -108,7 +108,7 @@ class SourceOptions:
                 f"dynoqueue: unknown option(s) {unknown}; see docs/spark.md for the options"
             )
         url = _required(opts, "url")
-        queue = check_name("option 'queue'", _required(opts, "queue"))
+        queue = check_queue_name(_required(opts, "queue"), "option 'queue'")
         zones = _zones(opts.get("zones"))
         local_zone = opts.get("localzone") or None
         if local_zone is not None and (zones is None or local_zone not in zones):
@@ -140,8 +140,8 @@ class SourceOptions:
                                           "maxMessagesPerTrigger",
                                           DEFAULT_MAX_MESSAGES_PER_TRIGGER, low=1),
             lease_ms=_int(opts, "leasems", "leaseMs", DEFAULT_LEASE_MS, low=1),
-            consumer_name=check_name("option 'consumerName'",
-                                     opts.get("consumername", DEFAULT_CONSUMER)),
+            consumer_name=check_key_part("option 'consumerName'",
+                                         opts.get("consumername", DEFAULT_CONSUMER)),
             process_unacks=_bool(opts, "processunacks", "processUnacks", True),
             claim_shards=claim,
             dead_letters=_bool(opts, "deadletters", "deadLetters", False),
