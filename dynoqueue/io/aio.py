@@ -149,10 +149,17 @@ class AsyncDriver:
         return [pair async for pair in client.hscan_iter(request.key, count=request.count)]
 
     async def _refresh(self, request: rq.RefreshSlots) -> None:
-        manager = slot_map(self._clients[request.role])
+        client = self._clients[request.role]
+        manager = slot_map(client)
         if manager is not None:  # a Cluster client
             with contextlib.suppress(RedisError, RedisClusterException):
-                await manager.initialize()
+                if getattr(client, "_initialize", False):
+                    # Never used yet: initialise the whole client. Reading only its slot map
+                    # would leave its command parser unset, and redis.asyncio (8.x) routes the
+                    # next keyed command through that parser before initialising it.
+                    await client.initialize()
+                else:
+                    await manager.initialize()
 
     async def _ticket(self, request: rq.Ticket) -> rq.BellState:
         doorbell = await self.doorbell(request.bell)
