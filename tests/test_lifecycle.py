@@ -72,6 +72,22 @@ def test_ack_many_with_messages_acks_only_their_own_leases(make, clock) -> None:
     assert q.ack_many(fresh) == 2
 
 
+def test_ack_many_checks_every_receipt_of_a_mixed_batch(make, clock) -> None:
+    # One call with a stale and a fresh receipt of one id, a repeat, a record in JSON form (own
+    # max deliveries), a plain id and an unknown one: each lease is ended once, by its own.
+    q = make()
+    q.push([Message("a"), Message("b", max_deliveries=3), Message("c"), Message("d")])
+    stale = q.pop(4)
+    expire_leases(q, clock)
+    fresh = {m.id: m for m in q.pop(4)}
+    batch = [*stale, fresh["a"], fresh["a"], fresh["b"], "c", "nope"]
+    assert q.ack_many(batch) == 3
+    assert [q.state(i) for i in "abc"] == [None, None, None]
+    assert q.state("d") is MessageState.LEASED
+    assert not q.ack("d", receipt=next(m for m in stale if m.id == "d").receipt)
+    assert q.ack("d", receipt=fresh["d"].receipt)
+
+
 def test_waiting_messages_cost_no_lifecycle_record_by_default(make, raw) -> None:
     q = make()
     q.push([Message(f"m{i}") for i in range(20)])
