@@ -29,9 +29,23 @@ end
 -- End the leases of found (ids leased in shard s).
 local function ack_found(s, found)
   redis.call('ZREM', k.unack(s), unpack(found))
-  if p.ret > 0 or has_groups(k) then  -- retention records, or the next of a group
+  if p.ret > 0 then  -- retention records
     for _, id in ipairs(found) do finish(k, p, id, 'ACKED', now, s, true) end
   else
+    if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
+      local raws = redis.call('HMGET', k.groupof, unpack(found))
+      local grouped = {}
+      for i, id in ipairs(found) do
+        if raws[i] then grouped[#grouped + 1] = id end
+      end
+      if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
+        redis.call('HDEL', k.groupof, unpack(grouped))
+        for i = 1, #found do
+          local raw = raws[i]
+          if raw then promote_next(k, string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))) end
+        end
+      end
+    end
     redis.call('HDEL', k.msg, unpack(found))
     redis.call('HDEL', k.life, unpack(found))
     if has_expiry(k) then redis.call('ZREM', k.expiry, unpack(found)) end

@@ -30,7 +30,9 @@ end
 local out = {now, -1}
 if #ids > 0 then
   local jsons = redis.call('HMGET', k.msg, unpack(ids))
-  local lives = redis.call('HMGET', k.life, unpack(ids))
+  -- No record at all is common (every earlier delivery acked): then none is read.
+  local lives = {}
+  if redis.call('EXISTS', k.life) == 1 then lives = redis.call('HMGET', k.life, unpack(ids)) end
   local expiries = nil
   if has_expiry(k) then expiries = redis.call('ZMSCORE', k.expiry, unpack(ids)) end
   local leases, records, ended, gone = {}, {}, {}, {}
