@@ -94,4 +94,6 @@ for s = 1, k.n do
   if #found > 0 then ack_found(s, found) end
   plain = rest
 end
+-- The records hash goes with its last record (the pad alone is no record: see LIFE_PAD).
+if acked > 0 and redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 return acked

@@ -75,6 +75,10 @@ if #ids > 0 then
   redis.call('ZREM', from, unpack(ids))  -- claimed, ended, or without payload: out of waiting
   if nl > 0 then
     redis.call('ZADD', k.unack(s), unpack(leases))
+    if nl >= 2 * LIFE_PAD_FROM then  -- a hash table from the start (see LIFE_PAD)
+      records[nl + 1] = LIFE_PAD
+      records[nl + 2] = LIFE_PAD_VALUE
+    end
     redis.call('HSET', k.life, unpack(records))
   end
   for _, id in ipairs(gone) do forget(k, id, s) end
