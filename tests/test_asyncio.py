@@ -93,6 +93,38 @@ def test_many_waiting_pops_share_one_pool_without_blocking_the_loop(redis_server
     run(scenario())
 
 
+def test_concurrent_pushes_join_into_few_script_calls_each_with_its_own_result(
+        redis_server, prefix) -> None:
+    """Pushes awaited at the same moment go out as one push script call (auto-pipelining joins
+    them); every caller still gets exactly its own answer: keep-mode pushes of one id from
+    several tasks report it pushed once, the others' flags are their own."""
+    raw = redis.Redis.from_url(redis_server.url)
+
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("warm-up")])  # connect and load the scripts first
+            raw.config_resetstat()
+            results = await asyncio.gather(
+                *(q.push([Message(f"m{i}", str(i))]) for i in range(50)),
+                *(q.push([Message("same", str(i))], if_exists="keep") for i in range(10)),
+                q.push([Message("pair1"), Message("pair2")]),
+                q.push([Message("m0", "again")], if_exists="keep"))
+            calls = raw.info("commandstats")["cmdstat_evalsha"]["calls"]
+            assert calls < 10  # 62 pushes, joined
+            assert results[:50] == [[f"m{i}"] for i in range(50)]
+            assert sorted(map(len, results[50:60])) == [0] * 9 + [1]  # first wins, once
+            assert results[60] == ["pair1", "pair2"]
+            assert results[61] == []  # m0 was pushed by an earlier call of the batch
+            assert await q.size() == 54
+            kept = await q.get("same")
+            assert kept is not None and results[50 + int(kept.payload)] == ["same"]
+
+    run(scenario())
+    raw.close()
+
+
 def test_close_while_pops_wait_returns_them_and_acks_still_work(redis_server, prefix) -> None:
     async def scenario() -> None:
         queues = RedisQueues.from_url(redis_server.url, key_prefix=prefix,

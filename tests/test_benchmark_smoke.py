@@ -55,8 +55,10 @@ def test_dynoqueue_enqueue_and_raw_loop(bench_server: workloads.Server) -> None:
 
 def test_dynoqueue_consume_memory_and_lateness(bench_server: workloads.Server) -> None:
     consumed = workloads.consume(bench_server, "dynoqueue", 3000, procs=2)
-    # Each ack deletes the message and its lifecycle record (the delivery count of its lease).
-    assert consumed["rate"] > 0 and consumed["commands"]["hdel"] == 2 * 3000
+    # Each ack call deletes its messages and their lifecycle records (the delivery count of
+    # each lease) with one variadic HDEL each, not one per message; the workload itself checks
+    # that nothing is left waiting or leased.
+    assert consumed["rate"] > 0 and 2 <= consumed["commands"]["hdel"] <= 3000 // 10
     assert consumed["round_trips_per_msg"] < 0.1
     memory = workloads.memory(bench_server, "dynoqueue", 2000)
     assert 50 < memory["memory_per_msg"] < 5000  # bytes
@@ -86,8 +88,9 @@ def test_asyncio_workloads_move_messages(bench_server: workloads.Server) -> None
     assert bulk["round_trips_per_msg"] < 0.01 and bulk["commands"]["hset"] == 1200
     assert many["tasks"] == 20 and many["commands"]["hset"] == 300
     consumed = workloads.consume(bench_server, "dynoqueue.asyncio", 1500, procs=1)
-    # Each ack deletes the message and its lifecycle record (the delivery count).
-    assert consumed["commands"]["hdel"] == 2 * 1500 and consumed["round_trips_per_msg"] < 0.1
+    # Each ack call deletes its messages and their records with one variadic HDEL each.
+    assert 2 <= consumed["commands"]["hdel"] <= 1500 // 10
+    assert consumed["round_trips_per_msg"] < 0.1
     with pytest.raises(NotSupported):  # the sync API has no concurrent tasks
         workloads.enqueue(bench_server, "dynoqueue", 10, batched=False, tasks=5)
 

@@ -62,6 +62,7 @@ from .requests import (
     Budget,
     Cancelled,
     Command,
+    Merge,
     Op,
     Pipeline,
     RefreshSlots,
@@ -79,6 +80,9 @@ log = logging.getLogger("dynoqueue.queue")
 
 #: Most messages one script call pushes, claims or re-queues: bounds how long Redis is blocked.
 SCRIPT_BATCH = 500
+#: How concurrent pushes join into one push.lua call: its arguments are now and mode, then 9
+#: per message; its reply is now, then a flag per message.
+_PUSH_MERGE = Merge(head=2, per_item=9, shared=1, limit=SCRIPT_BATCH)
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
 _FIXED_LIFE_KEYS = 13
 #: How many of a shard's earliest ids find_stale_messages checks.
@@ -238,8 +242,11 @@ class QueueCore:
         step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(0, len(args), step)]
         if len(chunks) == 1:
+            # Concurrent pushes may join into one script call (the asyncio driver's
+            # auto-pipelining; up to SCRIPT_BATCH messages); each still gets its own flags.
             replies = yield from self._write(operation, "push",
-                                             [(keys, [self._now_arg(), mode, *args])])
+                                             [(keys, [self._now_arg(), mode, *args])],
+                                             merge=_PUSH_MERGE)
         else:
             # The first chunk fixes "now" for the whole batch; the rest reuse it.
             first = yield from self._write(
@@ -916,11 +923,16 @@ class QueueCore:
         return (*head, len(keys), *keys, *args)
 
     def _script(self, role: str, name: str, keys: list[str], args: list[Any], *,
-                idempotent: bool) -> Op[Any]:
-        """Run script ``name``; a server that lacks it (restarted, failed over) gets its text."""
+                idempotent: bool, merge: Merge | None = None) -> Op[Any]:
+        """Run script ``name``; a server that lacks it (restarted, failed over) gets its text.
+        ``merge`` (args after the keys: its head counts only those) lets the driver join this
+        call with concurrent ones of the same script and keys (see :class:`Merge`)."""
+        call = self._call(name, keys, args)
+        if merge is not None:
+            merge = Merge(len(call) - len(args) + merge.head, merge.per_item, merge.shared,
+                          merge.limit)
         try:
-            return (yield from self._send(Command(role, self._call(name, keys, args),
-                                                  idempotent=idempotent),
+            return (yield from self._send(Command(role, call, idempotent=idempotent, merge=merge),
                                           idempotent=idempotent))
         except NoScriptError:
             text = self._scripts[name].text
@@ -950,7 +962,7 @@ class QueueCore:
         return (yield from self._script(READ, name, keys, args, idempotent=True))
 
     def _write(self, operation: str, script_name: str, calls: list[tuple[list[str], list[Any]]],
-               *, replicate: bool = True) -> Op[list[Any]]:
+               *, replicate: bool = True, merge: Merge | None = None) -> Op[list[Any]]:
         """Run a write script once per (keys, args), pipelined, then WAIT for the write quorum.
 
         Claims and unack re-queues pass ``replicate=False``: losing one of them in a failover
@@ -967,7 +979,7 @@ class QueueCore:
         if quorum == 0 and len(calls) == 1:
             keys, args = calls[0]
             return [(yield from self._guard(operation, key, self._script(
-                QUORUM, script_name, keys, args, idempotent=True)))]
+                QUORUM, script_name, keys, args, idempotent=True, merge=merge)))]
         script = self._scripts[script_name]
         commands: list[Sequence[Any]] = [self._call(script_name, keys, args)
                                          for keys, args in calls]

@@ -21,17 +21,38 @@ class Command:
     """One command on a role's client, routed by the client (Cluster: by the command's keys).
 
     With ``replica_of`` (Cluster read clients only) it runs on a replica of that key's slot.
-    A command that is not ``idempotent`` (a claim) is not repeated after a read timeout.
+    A command that is not ``idempotent`` (a claim) is not repeated after a read timeout. With
+    ``merge``, a driver that holds several such commands at the same moment may send them as
+    one (see :class:`Merge`); the reply is this command's own either way.
     """
 
-    __slots__ = ("args", "idempotent", "replica_of", "role")
+    __slots__ = ("args", "idempotent", "merge", "replica_of", "role")
 
     def __init__(self, role: str, args: Sequence[Any], replica_of: str | None = None,
-                 idempotent: bool = True) -> None:
+                 idempotent: bool = True, merge: Merge | None = None) -> None:
         self.role = role
         self.args = args
         self.replica_of = replica_of
         self.idempotent = idempotent
+        self.merge = merge
+
+
+class Merge:
+    """How commands issued at the same moment join into one (the asyncio driver does it for
+    concurrent one-message pushes): commands whose first ``head`` args are equal (the script,
+    its keys and the arguments before the per-item ones) become one command with those args
+    followed by every command's items in turn, ``per_item`` args each, at most ``limit`` items.
+    The joined reply is ``shared`` values, then one value per item; each command gets the
+    shared values followed by its own items' values, as if it had run alone at that point.
+    """
+
+    __slots__ = ("head", "limit", "per_item", "shared")
+
+    def __init__(self, head: int, per_item: int, shared: int, limit: int) -> None:
+        self.head = head
+        self.per_item = per_item
+        self.shared = shared
+        self.limit = limit
 
 
 class Pipeline:

@@ -92,7 +92,8 @@ class AsyncDriver:
         if type(request) is rq.Command and request.replica_of is None:
             batcher = self._batchers.get(request.role)
             if batcher is not None:
-                return await _settled(batcher.submit(request.args, deadline, request.idempotent),
+                return await _settled(batcher.submit(request.args, deadline, request.idempotent,
+                                                     request.merge),
                                       deadline, state_change=request.role == rq.QUORUM)
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
@@ -227,23 +228,26 @@ async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
 
 class _Batcher:
     """Auto-pipelining for one client: what is submitted while a batch is in flight goes out
-    as the next batch, one write and one read pass each, on one connection of the pool. A
+    as the next batch, one write and one read pass each, on one connection of the pool.
+    Commands of a batch that may merge (a :class:`~dynoqueue.core.requests.Merge`, e.g.
+    concurrent pushes to one queue) go out as one command whose reply is split among them. A
     failed batch is retried by the connection's Retry, as redis-py retries a pipeline."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._pending: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         #: Per future: its caller's deadline and whether its command may run twice.
         self._terms: dict[asyncio.Future[Any], tuple[Deadline, bool]] = {}
 
-    def submit(self, args: Any, deadline: Deadline, idempotent: bool) -> asyncio.Future[Any]:
+    def submit(self, args: Any, deadline: Deadline, idempotent: bool,
+               merge: rq.Merge | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         # A caller cancelled meanwhile may never look: mark an error as seen, so asyncio does
         # not log "exception was never retrieved" (the operation already got Cancelled).
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._pending.append((args, future))
+        self._pending.append((args, merge, future))
         self._terms[future] = (deadline, idempotent)
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
@@ -255,7 +259,7 @@ class _Batcher:
             conn = await pool.get_connection()
         except BaseException as exc:
             self._fail(self._pending, exc)
-            for _, future in self._pending:
+            for _, _, future in self._pending:
                 self._terms.pop(future, None)
             self._pending, self._flusher = [], None
             if not isinstance(exc, Exception):
@@ -269,14 +273,15 @@ class _Batcher:
             self._flusher = None
             await pool.release(conn)
 
-    async def _exchange(self, conn: Any, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
-        packed = _packed(conn, [args for args, _ in batch])
+    async def _exchange(self, conn: Any, batch: list[_Pending]) -> None:
+        sends = _joined(batch)
+        packed = _packed(conn, [send.args for send in sends])
         replies: list[Any] = []
 
         async def once() -> None:
             replies.clear()
             await conn.send_packed_command(packed, check_health=False)
-            for _ in batch:
+            for _ in sends:
                 try:
                     replies.append(await conn.read_response())
                 except ResponseError as exc:  # this command's error; the rest still reply
@@ -284,7 +289,7 @@ class _Batcher:
 
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
-        terms = [self._terms.pop(future) for _, future in batch]
+        terms = [self._terms.pop(future) for _, _, future in batch]
         CURRENT.set(max((d for d, _ in terms), key=lambda d: d.at))
         RETRY_TIMEOUTS.set(all(idempotent for _, idempotent in terms))
         try:
@@ -292,19 +297,79 @@ class _Batcher:
         except Exception as exc:
             self._fail(batch, exc)
             return
-        for (_, future), reply in zip(batch, replies, strict=True):
-            if not future.done():
-                if isinstance(reply, Exception):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+        for send, reply in zip(sends, replies, strict=True):
+            send.settle(reply)
 
     @staticmethod
-    def _fail(batch: list[tuple[Any, asyncio.Future[Any]]], exc: BaseException) -> None:
+    def _fail(batch: list[_Pending], exc: BaseException) -> None:
         error = exc if isinstance(exc, Exception) else RedisConnectionError(str(exc))
-        for _, future in batch:
+        for _, _, future in batch:
             if not future.done():
                 future.set_exception(error)
+
+
+_Pending = tuple[Any, "rq.Merge | None", "asyncio.Future[Any]"]
+
+
+class _Send:
+    """One command of a batch on the wire: a submitted command, or several merged ones (their
+    futures and item counts, in the order their items were joined)."""
+
+    __slots__ = ("args", "futures", "items", "merge")
+
+    def __init__(self, args: Any, future: asyncio.Future[Any], merge: rq.Merge | None) -> None:
+        self.args = args
+        self.merge = merge
+        self.futures = [future]
+        self.items = [0 if merge is None else (len(args) - merge.head) // merge.per_item]
+
+    def join(self, args: Any, future: asyncio.Future[Any], items: int) -> None:
+        if len(self.futures) == 1:
+            self.args = list(self.args)
+        self.args += args[self.merge.head:]  # type: ignore[union-attr]
+        self.futures.append(future)
+        self.items.append(items)
+
+    def settle(self, reply: Any) -> None:
+        """Hand each future its reply (its own part of a merged one), or the error."""
+        if len(self.futures) == 1 or isinstance(reply, Exception):
+            for future in self.futures:
+                if not future.done():
+                    _set(future, reply)
+            return
+        shared = self.merge.shared  # type: ignore[union-attr]
+        head, at = list(reply[:shared]), shared
+        for future, n in zip(self.futures, self.items, strict=True):
+            if not future.done():
+                future.set_result(head + list(reply[at:at + n]))
+            at += n
+
+
+def _set(future: asyncio.Future[Any], reply: Any) -> None:
+    if isinstance(reply, Exception):
+        future.set_exception(reply)
+    else:
+        future.set_result(reply)
+
+
+def _joined(batch: list[_Pending]) -> list[_Send]:
+    """The commands to send for ``batch``: those that may merge, with equal heads, joined (up
+    to their Merge's limit of items each); the rest as they are, in order."""
+    sends: list[_Send] = []
+    open_: dict[tuple[Any, ...], _Send] = {}
+    for args, merge, future in batch:
+        if merge is None:
+            sends.append(_Send(args, future, None))
+            continue
+        head = tuple(args[:merge.head])
+        items = (len(args) - merge.head) // merge.per_item
+        send = open_.get(head)
+        if send is not None and sum(send.items) + items <= merge.limit:
+            send.join(args, future, items)
+        else:
+            send = open_[head] = _Send(args, future, merge)
+            sends.append(send)
+    return sends
 
 
 class TaskDoorbell(DoorbellBase):

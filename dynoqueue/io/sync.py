@@ -29,6 +29,12 @@ from .common import (
     slot_map,
 )
 
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the hiredis extra: packs commands in C
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is optional
+    _hiredis_pack = None
+
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 
@@ -109,7 +115,7 @@ class SyncDriver:
             setattr(self._pinned, role, conn)
             with self._pins_lock:
                 self._pins.append((client.connection_pool, conn))
-        packed = conn.pack_command(*args)
+        packed = _packed(conn, args)
 
         def once() -> Any:
             conn.send_packed_command(packed, check_health=False)
@@ -164,6 +170,21 @@ class SyncDriver:
         doorbell = self._bells.pop(core)
         if doorbell is not None:
             doorbell.close(timeout_s)
+
+
+def _packed(conn: Any, args: Sequence[Any]) -> Any:
+    """The wire form of one command: hiredis's C packer straight away when it is installed and
+    the client encodes text as strict UTF-8 (what hiredis does), else the connection's packer
+    (redis-py's own checks every argument in Python first: ~0.1 us each, 4,500 of them in a
+    500-message push)."""
+    encoder = conn.encoder
+    if _hiredis_pack is not None and encoder.encoding.lower() in ("utf-8", "utf8") \
+            and encoder.encoding_errors == "strict":
+        try:
+            return [_hiredis_pack(tuple(args))]
+        except TypeError:  # an argument type hiredis does not pack: let redis-py handle it
+            pass
+    return conn.pack_command(*args)
 
 
 class ThreadDoorbell(DoorbellBase):

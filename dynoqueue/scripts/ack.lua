@@ -5,12 +5,14 @@
 -- is waiting (never popped, or put back after its lease expired) is not acked and stays; one
 -- delivered again since the receipt was issued is not acked either.
 -- With a retention the acked message stays queryable (state ACKED) until the sweep drops it.
--- Ids without a receipt are looked up and deleted with one variadic command per key.
+-- Ids are looked up, checked and deleted with one variadic command per key (ZMSCORE, HMGET,
+-- ZREM, HDEL), not one per message; those with a receipt go first, then those without.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)
 local acked = 0
 local plain, seen = {}, {}
+local tagged, receipts = {}, {}
 for i = 2, #ARGV, 2 do
   local id, receipt = ARGV[i], ARGV[i + 1]
   if receipt == '' then
@@ -19,14 +21,69 @@ for i = 2, #ARGV, 2 do
       plain[#plain + 1] = id
     end
   else
-    local s = leased(k, id, receipt)
-    if s then
-      redis.call('ZREM', k.unack(s), id)
-      finish(k, p, id, 'ACKED', now, s, true)
-      acked = acked + 1
-    end
+    tagged[#tagged + 1] = id
+    receipts[#receipts + 1] = receipt
   end
 end
+
+-- End the leases of found (ids leased in shard s).
+local function ack_found(s, found)
+  redis.call('ZREM', k.unack(s), unpack(found))
+  if p.ret > 0 then  -- retention records
+    for _, id in ipairs(found) do finish(k, p, id, 'ACKED', now, s, true) end
+  else
+    if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
+      local raws = redis.call('HMGET', k.groupof, unpack(found))
+      local grouped = {}
+      for i, id in ipairs(found) do
+        if raws[i] then grouped[#grouped + 1] = id end
+      end
+      if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
+        redis.call('HDEL', k.groupof, unpack(grouped))
+        for i = 1, #found do
+          local raw = raws[i]
+          if raw then promote_next(k, string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))) end
+        end
+      end
+    end
+    redis.call('HDEL', k.msg, unpack(found))
+    redis.call('HDEL', k.life, unpack(found))
+    if has_expiry(k) then redis.call('ZREM', k.expiry, unpack(found)) end
+  end
+  acked = acked + #found
+end
+
+-- With receipts: an id counts where it is leased (one shard) and its lease's receipt matches.
+-- A short record is the receipt's own text, so comparing the stored string is enough.
+for s = 1, k.n do
+  if #tagged == 0 then break end
+  local scores = redis.call('ZMSCORE', k.unack(s), unpack(tagged))
+  local here, want, rest, rest_receipts = {}, {}, {}, {}
+  for i, id in ipairs(tagged) do
+    if scores[i] then
+      here[#here + 1] = id
+      want[#want + 1] = receipts[i]
+    else
+      rest[#rest + 1] = id
+      rest_receipts[#rest_receipts + 1] = receipts[i]
+    end
+  end
+  if #here > 0 then
+    local lives = redis.call('HMGET', k.life, unpack(here))
+    local found, done = {}, {}
+    for i, id in ipairs(here) do
+      local raw = lives[i]
+      if raw and not done[id] and (raw == want[i]
+          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == want[i])) then
+        done[id] = true
+        found[#found + 1] = id
+      end
+    end
+    if #found > 0 then ack_found(s, found) end
+  end
+  tagged, receipts = rest, rest_receipts
+end
+
 for s = 1, k.n do
   if #plain == 0 then break end
   local scores = redis.call('ZMSCORE', k.unack(s), unpack(plain))
@@ -34,17 +91,9 @@ for s = 1, k.n do
   for i, id in ipairs(plain) do
     if scores[i] then found[#found + 1] = id else rest[#rest + 1] = id end
   end
-  if #found > 0 then
-    redis.call('ZREM', k.unack(s), unpack(found))
-    if p.ret > 0 or has_groups(k) then  -- retention records, or the next of a group
-      for _, id in ipairs(found) do finish(k, p, id, 'ACKED', now, s, true) end
-    else
-      redis.call('HDEL', k.msg, unpack(found))
-      redis.call('HDEL', k.life, unpack(found))
-      if has_expiry(k) then redis.call('ZREM', k.expiry, unpack(found)) end
-    end
-    acked = acked + #found
-  end
+  if #found > 0 then ack_found(s, found) end
   plain = rest
 end
+-- The records hash goes with its last record (the pad alone is no record: see LIFE_PAD).
+if acked > 0 and redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 return acked

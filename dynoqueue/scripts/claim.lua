@@ -38,32 +38,56 @@ end
 local out = {now, -1, 0}
 if #ids > 0 then
   local jsons = redis.call('HMGET', k.msg, unpack(ids))
-  local lives = redis.call('HMGET', k.life, unpack(ids))
+  -- No record at all is common (every earlier delivery acked): then none is read.
+  local lives = {}
+  if redis.call('EXISTS', k.life) == 1 then lives = redis.call('HMGET', k.life, unpack(ids)) end
   local expiries = nil
   if has_expiry(k) then expiries = redis.call('ZMSCORE', k.expiry, unpack(ids)) end
   local leases, records, ended, gone = {}, {}, {}, {}
+  -- ':' .. claim ms, the tail of every short record and receipt this claim writes (no
+  -- string.format per message: a record that is absent or short is built by concatenation).
+  local stamp = ':' .. string.format('%.0f', now)
+  local nl, no = 0, #out
   for i, id in ipairs(ids) do
-    local rec = parse_life(lives[i])
+    local raw = lives[i]
     if not jsons[i] then
       gone[#gone + 1] = id
     elseif expiries and expiries[i] and tonumber(expiries[i]) <= now then
-      ended[#ended + 1] = {id, rec}
+      ended[#ended + 1] = {id, parse_life(raw)}
     else
-      rec.d = (rec.d or 0) + 1
-      rec.c = now
-      leases[#leases + 1] = lease_until
-      leases[#leases + 1] = id
-      records[#records + 1] = id
-      records[#records + 1] = format_life(rec)
-      out[#out + 1] = id
-      out[#out + 1] = jsons[i]
-      out[#out + 1] = rec.d
-      out[#out + 1] = dues[i]
+      local d, record
+      if not raw then
+        d = 1
+        record = '1' .. stamp
+      elseif string.byte(raw, 1) ~= 123 then  -- short form "d:c"
+        d = (tonumber(string.match(raw, '^(%d+):%d+$')) or 0) + 1
+        record = d .. stamp
+      else
+        local rec = parse_life(raw)
+        rec.d = (rec.d or 0) + 1
+        rec.c = now
+        d = rec.d
+        record = format_life(rec)
+      end
+      leases[nl + 1] = lease_until
+      leases[nl + 2] = id
+      records[nl + 1] = id
+      records[nl + 2] = record
+      nl = nl + 2
+      out[no + 1] = id
+      out[no + 2] = jsons[i]
+      out[no + 3] = d
+      out[no + 4] = dues[i]
+      no = no + 4
     end
   end
   redis.call('ZREM', from, unpack(ids))  -- claimed, ended, or without payload: out of waiting
-  if #leases > 0 then
+  if nl > 0 then
     redis.call('ZADD', k.unack(s), unpack(leases))
+    if nl >= 2 * LIFE_PAD_FROM then  -- a hash table from the start (see LIFE_PAD)
+      records[nl + 1] = LIFE_PAD
+      records[nl + 2] = LIFE_PAD_VALUE
+    end
     redis.call('HSET', k.life, unpack(records))
   end
   for _, id in ipairs(gone) do bury_missing(k, id, now, s) end

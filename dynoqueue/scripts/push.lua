@@ -16,9 +16,15 @@ local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local mode = ARGV[2]
 local p = policy_of(k)
--- Ended and dead records of a pushed id are dropped; most queues have none, so look once.
-local has_ended = redis.call('EXISTS', k.ended) == 1
-local has_dead = redis.call('EXISTS', k.dead) == 1
+-- Ended and dead records of a pushed id are dropped; most queues have none, so look once (and
+-- at the groups too: one EXISTS answers all three for a queue that has none of them).
+local has_ended, has_dead = false, false
+if redis.call('EXISTS', k.ended, k.dead, k.groupof) == 0 then
+  HAS_GROUPS = false
+else
+  has_ended = redis.call('EXISTS', k.ended) == 1
+  has_dead = redis.call('EXISTS', k.dead) == 1
+end
 local out = {now}
 for i = 3, #ARGV, 9 do
   local id, json = ARGV[i], ARGV[i + 1]

@@ -46,7 +46,7 @@ local function scan(hash, cursor_key, orphaned)
   local page = redis.call('HSCAN', hash, redis.call('GET', cursor_key) or '0', 'COUNT', limit)
   for i = 1, #page[2], 2 do
     local id = page[2][i]
-    if redis.call('HEXISTS', k.msg, id) == 0 then
+    if id ~= LIFE_PAD and redis.call('HEXISTS', k.msg, id) == 0 then
       orphaned(id)
       orphans = orphans + 1
     end
@@ -57,6 +57,7 @@ scan(k.life, k.sweep, function(id)
   redis.call('HDEL', k.life, id)
   redis.call('ZREM', k.expiry, id)
 end)
+if redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 if has_groups(k) then
   scan(k.groupof, k.gsweep, function(id) group_leave(k, id) end)
 end
