@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..model import validate
 from ..model.keys import QueueKeys
+from ..model.luapattern import LuaPattern
 from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
@@ -72,6 +73,12 @@ log = logging.getLogger("dynoqueue.queue")
 
 #: Most messages one script call pushes, claims or re-queues: bounds how long Redis is blocked.
 SCRIPT_BATCH = 500
+#: The predicate calls read messages in pages of at most this many ids and (for pops) about
+#: this many JSON bytes, and match them in Python (dynoqueue.model.luapattern).
+MATCH_PAGE_IDS = 100
+MATCH_PAGE_BYTES = 1 << 20
+#: Searches of pop_msg_with_predicate whose match another consumer took first, before None.
+_MATCH_CLAIM_ATTEMPTS = 5
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
 _FIXED_LIFE_KEYS = 13
 #: How many of a shard's earliest ids find_stale_messages checks.
@@ -350,16 +357,52 @@ class QueueCore:
         return self._claimed_one(result)
 
     def claim_match(self, pattern: str, local_only: bool) -> Op[Message | None]:
-        validate.pattern(pattern)
+        """Lease the due message with the lowest score whose JSON matches ``pattern``: pages of
+        due messages are read (match_page.lua) and matched here, so no script runs a pattern;
+        the match found is then claimed by id, only if it is still due and unchanged
+        (claim_match.lua). Every script call is short, and the claim is never repeated."""
+        matcher = LuaPattern(validate.pattern(pattern))
         self._check_open()
         order = [self._local] if local_only else self._local_first
-        result = yield from self._guard("pop_msg_with_predicate", self.keys.message_hash,
-                                        self._script(QUORUM, "claim_match", self._life_keys,
-                                                     [self._now_arg(), pattern,
-                                                      self.unack_timeout_ms,
-                                                      *(i + 1 for i in order)],
-                                                     idempotent=False))
-        return self._claimed_one(result)
+        operation, key = "pop_msg_with_predicate", self.keys.message_hash
+        for _ in range(_MATCH_CLAIM_ATTEMPTS):
+            found = yield from self._guard(operation, key, self._first_due_match(matcher, order))
+            if found is None:
+                return None
+            index, id, json = found
+            result = yield from self._guard(operation, key, self._script(
+                QUORUM, "claim_match", self._life_keys,
+                [self._now_arg(), id, json, self.unack_timeout_ms, index + 1], idempotent=False))
+            if result:
+                return self._claimed_one(result)
+        return None  # every match found was taken or changed before it could be claimed
+
+    def _first_due_match(self, matcher: LuaPattern,
+                         order: list[int]) -> Op[tuple[int, Any, Any] | None]:
+        """(shard index, id, json) of the lowest-scored due message matching, over ``order``'s
+        shards (each read in score order until its first match), or None."""
+        best: tuple[float, int, Any, Any] | None = None
+        for index in order:
+            offset = 0
+            while True:
+                page = yield from self._script(
+                    QUORUM, "match_page", self._life_keys,
+                    [self._now_arg(), index + 1, offset, MATCH_PAGE_IDS, MATCH_PAGE_BYTES],
+                    idempotent=True)
+                hit = None
+                for i in range(2, len(page), 3):
+                    score = float(page[i + 1])
+                    if best is not None and score >= best[0]:
+                        hit = False  # nothing later in this shard can beat the best
+                        break
+                    if page[i + 2] and matcher.search(page[i + 2]):
+                        hit = True
+                        best = (score, index, page[i], page[i + 2])
+                        break
+                offset += (len(page) - 2) // 3
+                if hit is not None or int(page[1]):
+                    break
+        return None if best is None else best[1:]
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
         pairs = _id_receipt_pairs("ack_many", ids)
@@ -642,14 +685,29 @@ class QueueCore:
         return [Message.from_json(raw) for _, raw in pairs]
 
     def find_match(self, pattern: str, local_only: bool) -> Op[str | None]:
-        validate.pattern(pattern)
+        """The first message (in HSCAN order) whose JSON matches ``pattern``: the hash is read
+        a page at a time on the read connection and matched here (no script runs a pattern);
+        with ``local_only``, find_match.lua keeps the first match waiting in the local shard."""
+        matcher = LuaPattern(validate.pattern(pattern))
         self._check_attached()
         local = self.local_shard
         keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
                 self.keys.group_of, self.keys.group_queue_shard(local)]
-        found = yield from self._guard("get_msg_with_predicate", keys[0], self._read_script(
-            "find_match", keys, [pattern, "1" if local_only else "0", self._local + 1]))
-        return as_text(found) if found else None
+        operation, cursor = "get_msg_with_predicate", 0
+        while True:
+            reply = yield from self._guard(operation, keys[0], self._command(
+                READ, "HSCAN", keys[0], cursor, "COUNT", MATCH_PAGE_IDS))
+            cursor, pairs = _hscan_page(reply)
+            hits = [as_text(field) for field, json in pairs if json and matcher.search(json)]
+            if hits and not local_only:
+                return hits[0]
+            if hits:
+                found = yield from self._guard(operation, keys[0], self._read_script(
+                    "find_match", keys, [self._local + 1, *hits]))
+                if found:
+                    return as_text(found)
+            if cursor == 0:
+                return None
 
     def contains_match(self, pattern: str, local_only: bool) -> Op[bool]:
         return (yield from self.find_match(pattern, local_only)) is not None
@@ -1005,6 +1063,15 @@ def _decoded(raw: Any, shard: str | None) -> Message | None:
         return Message.from_json(raw, shard=shard)
     except InvalidMessageError:
         return None
+
+
+def _hscan_page(reply: Any) -> tuple[int, list[tuple[Any, Any]]]:
+    """(next cursor, [(field, value), ...]) of an HSCAN reply, parsed by redis-py (a dict) or
+    not (a flat list)."""
+    cursor, body = reply[0], reply[1]
+    if isinstance(body, dict):
+        return int(cursor), list(body.items())
+    return int(cursor), list(zip(body[::2], body[1::2], strict=True))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -8,7 +8,7 @@ ValueErrors, raised before anything is written.
 
 from __future__ import annotations
 
-from ..errors import DynoQueueError, InvalidArgumentError, InvalidPatternError
+from ..errors import DynoQueueError, InvalidArgumentError
 
 
 def is_int(value: object) -> bool:
@@ -41,7 +41,9 @@ def message_id(value: object) -> str:
 
 
 def pattern(value: object) -> str:
-    """A Lua pattern for the predicate calls: a non-empty str (Redis reports malformed ones)."""
-    if not isinstance(value, str) or not value:
-        raise InvalidPatternError(f"pattern must be a non-empty str, got {value!r}")
-    return value
+    """A Lua pattern for the predicate calls: a non-empty str of valid Unicode text, at most
+    :data:`~dynoqueue.model.luapattern.MAX_PATTERN_BYTES` bytes, well formed (raises
+    :class:`~dynoqueue.errors.InvalidPatternError`)."""
+    from .luapattern import LuaPattern
+
+    return LuaPattern(value).text  # type: ignore[arg-type]
