@@ -188,6 +188,19 @@ class _Batcher:
         self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
+    def _packable(self, conn: Any,
+                  batch: list[tuple[Any, asyncio.Future[Any]]]) -> list[tuple[Any, Any]]:
+        """The commands of ``batch`` that encode; the others' callers get the error."""
+        kept = []
+        for item in batch:
+            try:
+                _packed(conn, [item[0]])
+            except Exception as exc:
+                self._fail([item], exc)
+            else:
+                kept.append(item)
+        return kept
+
     def submit(self, args: Any) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -216,7 +229,13 @@ class _Batcher:
             await pool.release(conn)
 
     async def _exchange(self, conn: Any, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
-        packed = _packed(conn, [args for args, _ in batch])
+        try:
+            packed = _packed(conn, [args for args, _ in batch])
+        except Exception:  # a command that cannot be encoded fails alone; its caller must
+            batch = self._packable(conn, batch)  # not wait forever, nor fail the others
+            if not batch:
+                return
+            packed = _packed(conn, [args for args, _ in batch])
         replies: list[Any] = []
 
         async def once() -> None:
