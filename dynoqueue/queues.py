@@ -8,6 +8,7 @@ created, on the local shard. :class:`dynoqueue.asyncio.RedisQueues` is its async
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -22,6 +23,7 @@ from .model.settings import QueueOptions
 from .model.sharding import ShardSupplier
 from .queue import DynoQueue
 
+log = logging.getLogger("dynoqueue.queues")
 
 class RedisQueues(QueuesBase[DynoQueue]):
     """Factory of named queues sharing connections, shards and settings.
@@ -163,4 +165,7 @@ class RedisQueues(QueuesBase[DynoQueue]):
     def _reprocess_loop(self) -> None:
         interval_s = self.unack_handler_interval_ms / 1000
         while not self._stop.wait(interval_s):
-            self.process_unacks()
+            try:
+                self.process_unacks()
+            except Exception:  # the thread must survive anything (dyno-queues #85)
+                log.exception("unack pass failed")
