@@ -233,11 +233,11 @@ class QueueCore:
         """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
         ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
         wake-ups, the deadline, re-claims)."""
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         validate.ms("wait_ms", wait_ms)
         lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
                                                                             low=1)
-        enough = count if min_count is None else validate.int_at_least("min_count", min_count, 1)
+        enough = count if min_count is None else validate.count("min_count", min_count, 1)
         self._check_open()
         order = self._local_first if all_shards else [self._local]
         if count == 0:
@@ -439,8 +439,8 @@ class QueueCore:
     def _nack(self, operation: str, pairs: list[str], delay_ms: int,
               error: str | None) -> Op[int]:
         validate.ms("delay_ms", delay_ms)
-        if error is not None and not isinstance(error, str):
-            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        if error is not None:
+            validate.text("error", error)
         self._check_attached()
         if not pairs:
             return 0
@@ -478,10 +478,9 @@ class QueueCore:
     def dead_letter(self, id: str, reason: str, error: str | None = None,
                     receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
-        if not isinstance(reason, str) or not reason:
-            raise InvalidArgumentError(f"reason must be a non-empty str, got {reason!r:.80}")
-        if error is not None and not isinstance(error, str):
-            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        validate.text("reason", reason, empty=False)
+        if error is not None:
+            validate.text("error", error)
         pairs = [id, _receipt(receipt)]
         self._check_attached()
         (buried,) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
@@ -580,12 +579,7 @@ class QueueCore:
         )
 
     def group_info(self, group: str) -> Op[dict[str, Any]]:
-        if not isinstance(group, str) or not group:
-            raise InvalidArgumentError(f"group must be a non-empty str, got {group!r}")
-        try:
-            group.encode()
-        except UnicodeEncodeError:
-            raise InvalidArgumentError("group is not valid Unicode text") from None
+        validate.text("group", group, empty=False)
         self._check_attached()
         waiting, leased, due, index = yield from self._guard(
             "group_info", self.keys.group_head, self._script(
@@ -595,7 +589,7 @@ class QueueCore:
                 "next_due_ms": _int_or_none(due), "shard": self.shards[int(index) - 1]}
 
     def dead_letters(self, count: int) -> Op[list[DeadLetter]]:
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         self._check_attached()
         if count == 0:
             return []
@@ -620,9 +614,10 @@ class QueueCore:
 
     def redrive(self, ids: Iterable[str] | None, delay_ms: int) -> Op[int]:
         validate.ms("delay_ms", delay_ms)
-        if isinstance(ids, (str, bytes)):
-            raise InvalidArgumentError("redrive takes a list of ids (or None for all)")
-        chosen = None if ids is None else [validate.message_id(i) for i in ids]
+        chosen = None if ids is None else [
+            validate.message_id(i)
+            for i in validate.listed("redrive takes a list of ids (or None for all)", ids,
+                                         single=(Message,))]
         self._check_attached()
         moved = 0
         if chosen is not None:
@@ -651,7 +646,7 @@ class QueueCore:
     # ----------------------------------------------------------------------------- reading
 
     def peek(self, operation: str, all_shards: bool, count: int) -> Op[list[Message]]:
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         self._check_attached()
         if count == 0:
             return []
@@ -783,7 +778,17 @@ class QueueCore:
     # ----------------------------------------------------------------------------- checks
 
     def _now_arg(self) -> str:
-        return "" if self._clock is None else str(int(self._clock()))
+        if self._clock is None:
+            return ""
+        now = self._clock()
+        try:
+            now_ms = int(now)
+        except (TypeError, ValueError, OverflowError):
+            now_ms = -1
+        if not 0 <= now_ms <= validate.MAX_EPOCH_MS:
+            raise ConfigurationError(f"clock must return epoch ms in 0..{validate.MAX_EPOCH_MS}, "
+                                     f"returned {now!r:.80}")
+        return str(now_ms)
 
     def _check_attached(self) -> None:
         if self.detached:
@@ -794,10 +799,8 @@ class QueueCore:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     def _validated(self, messages: Iterable[Message]) -> list[Message]:
-        if isinstance(messages, (Message, str, bytes)) or not isinstance(messages, Iterable):
-            raise InvalidMessageError(
-                f"push takes a list of Message, got {type(messages).__name__}")
-        batch = list(messages)
+        batch = validate.listed("push takes a list of Message", messages, single=(Message,),
+                                error=InvalidMessageError)
         limit = self.settings.max_payload_bytes
         for message in batch:
             if not isinstance(message, Message):
@@ -1029,12 +1032,12 @@ def _leased(raw: Any, shard: str, deliveries: int, claimed_ms: int) -> Message:
 
 def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
     """[id, receipt, id, receipt, ...]: Message objects bring their receipt, ids none."""
-    if isinstance(ids, (str, bytes, Message)) or not isinstance(ids, Iterable):
-        raise InvalidArgumentError(f"{operation} takes a list of ids, not a single id")
+    items = validate.listed(f"{operation} takes a list of ids, not a single id", ids,
+                            single=(Message,))
     pairs: list[str] = []
-    for item in ids:
+    for item in items:
         if isinstance(item, Message):
-            pairs += [item.id, item.receipt or ""]
+            pairs += [validate.message_id(item.id), _receipt(item.receipt)]
         else:
             pairs += [validate.message_id(item), ""]
     return pairs
@@ -1051,9 +1054,7 @@ def _opt(value: int | None) -> int | str:
 def _receipt(receipt: object) -> str:
     if receipt is None:
         return ""
-    if not isinstance(receipt, str) or not receipt:
-        raise InvalidArgumentError(f"receipt must be a non-empty str or None, got {receipt!r}")
-    return receipt
+    return validate.text("receipt", receipt, empty=False)
 
 
 def _decoded(raw: Any, shard: str | None) -> Message | None:
