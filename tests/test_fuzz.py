@@ -232,3 +232,24 @@ def test_an_unencodable_command_fails_alone_in_an_asyncio_batch(redis_server) ->
     pong, bad, good = asyncio.run(run())
     assert pong in (True, b"PONG") and good == b"good"
     assert isinstance(bad, UnicodeEncodeError)
+
+
+def test_the_reprocessor_thread_outlives_a_failed_pass(redis_server, prefix, caplog) -> None:
+    """An unack pass that raises is logged and the thread keeps running (it used to end, and
+    expired leases were never put back again)."""
+    from .conftest import eventually
+
+    class FailsOnce(RedisQueues):
+        passes = 0
+
+        def process_unacks(self) -> int:
+            type(self).passes += 1
+            if type(self).passes == 1:
+                raise RuntimeError("the first pass fails")
+            return super().process_unacks()
+
+    with FailsOnce.from_url(redis_server.url, key_prefix=prefix,
+                            unack_handler_interval_ms=20) as queues:
+        assert eventually(lambda: FailsOnce.passes >= 3)
+        assert queues._reprocessor is not None and queues._reprocessor.is_alive()
+    assert "unack pass failed" in caplog.text
