@@ -183,18 +183,22 @@ class DynoQueue(QueueBase):
 
         Mirrors ``popMsgWithPredicate``, except that the returned message carries its real
         payload (dyno-queues returned the whole stored JSON as payload). Scans due messages:
-        meant for administration, not the hot path.
+        meant for administration, not the hot path. The pattern is matched in Python
+        (:mod:`dynoqueue.model.luapattern`, Lua 5.1's rules) over pages of due messages, so it
+        never blocks Redis; the match is then claimed by id if still due and unchanged.
 
         Args:
             pattern: a Lua pattern (``string.match``) matched against the message JSON,
-                e.g. ``'"payload":"order%-42"'``.
+                e.g. ``'"payload":"order%-42"'``; at most 512 UTF-8 bytes.
             local_only: search only the local shard instead of all shards.
 
         Returns:
             The leased message, or None if no due message matches.
 
         Raises:
-            InvalidPatternError: (a ValueError) the pattern is empty or malformed.
+            InvalidPatternError: (a ValueError) the pattern is empty, not valid Unicode text,
+                too long or malformed, or needs more than 2,000,000 matching steps on one
+                message (:class:`~dynoqueue.model.luapattern.PatternTooCostlyError`).
             RedisOperationError: Redis failed.
         """
         return self._run(self._core.claim_match(pattern, local_only))
@@ -474,13 +478,17 @@ class DynoQueue(QueueBase):
         return self._run(self._core.get_all_messages())
 
     def contains_predicate(self, pattern: str, local_only: bool = False) -> bool:
-        """Whether a stored message's JSON matches a Lua pattern. Mirrors ``containsPredicate``."""
+        """Whether a stored message's JSON matches a Lua pattern. Mirrors ``containsPredicate``.
+
+        Args and Raises: as :meth:`get_msg_with_predicate`.
+        """
         return self._run(self._core.contains_match(pattern, local_only))
 
     def get_msg_with_predicate(self, pattern: str, local_only: bool = False) -> str | None:
         """The id of the first stored message whose JSON matches a Lua pattern.
 
-        Scans the whole message hash on the non-quorum connection in the worst case.
+        Scans the whole message hash on the non-quorum connection in the worst case, a page
+        (HSCAN) at a time, matching in Python: Redis is never blocked by a pattern.
         Mirrors ``getMsgWithPredicate``.
 
         Args:
@@ -491,7 +499,8 @@ class DynoQueue(QueueBase):
             A matching id, or None.
 
         Raises:
-            InvalidPatternError: the pattern is empty or malformed.
+            InvalidPatternError: the pattern is bad or too costly, as for
+                :meth:`pop_msg_with_predicate`.
             RedisOperationError: Redis failed.
         """
         return self._run(self._core.find_match(pattern, local_only))

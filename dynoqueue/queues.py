@@ -210,4 +210,7 @@ class RedisQueues(QueuesBase[DynoQueue]):
     def _reprocess_loop(self) -> None:
         tick_s = self.reprocess_tick_ms() / 1000
         while not self._stop.wait(tick_s):
-            self._driver.run(self._reprocess_tick())
+            try:
+                self._driver.run(self._reprocess_tick())
+            except Exception:  # the thread must survive anything (dyno-queues #85)
+                log.exception("unack pass failed")

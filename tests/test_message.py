@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynoqueue import InvalidMessageError, Message
+from dynoqueue.model.validate import MAX_MS
 
 
 def test_defaults_and_equality_by_id() -> None:
@@ -48,7 +49,7 @@ def test_decoding_garbage_raises_invalid_message(raw) -> None:
 
 
 @given(st.builds(Message, id=st.text(min_size=1), payload=st.none() | st.text(min_size=1),
-                 timeout=st.integers(0, 2**53), priority=st.integers(0, 99)))
+                 timeout=st.integers(0, MAX_MS), priority=st.integers(0, 99)))
 def test_round_trip(message: Message) -> None:
     back = Message.from_json(message.to_json())
     assert (back.id, back.payload, back.timeout, back.priority) == (

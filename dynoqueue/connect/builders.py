@@ -20,6 +20,7 @@ from redis.exceptions import ReadOnlyError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError, RedisOperationError
+from ..model import validate
 from ..model.clock import system_clock_ms
 from ..model.settings import DEFAULT_CALL_TIMEOUT_MS, QueueOptions, check_call_timeout_ms
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
@@ -390,7 +391,9 @@ def _shard_supplier(zones: Sequence[str] | None, local_zone: str | None,
         return SingleShardSupplier(SINGLE_SHARD)
     if local_zone is None:
         raise ConfigurationError("zones needs local_zone (this process's zone)")
-    return ZoneShardSupplier.from_zone_suffix(list(zones), local_zone)
+    return ZoneShardSupplier.from_zone_suffix(
+        validate.listed("zones must be a list of zone names", zones, error=ConfigurationError),
+        local_zone)
 
 
 def _call_timeout_s(settings: BuildSettings) -> float:

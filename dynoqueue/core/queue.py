@@ -50,6 +50,7 @@ from ..errors import (
 )
 from ..model import validate
 from ..model.keys import QueueKeys
+from ..model.luapattern import LuaPattern
 from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
@@ -83,6 +84,12 @@ SCRIPT_BATCH = 500
 #: How concurrent pushes join into one push.lua call: its arguments are now and mode, then 9
 #: per message; its reply is now, then a flag per message.
 _PUSH_MERGE = Merge(head=2, per_item=9, shared=1, limit=SCRIPT_BATCH)
+#: The predicate calls read messages in pages of at most this many ids and (for pops) about
+#: this many JSON bytes, and match them in Python (dynoqueue.model.luapattern).
+MATCH_PAGE_IDS = 100
+MATCH_PAGE_BYTES = 1 << 20
+#: Searches of pop_msg_with_predicate whose match another consumer took first, before None.
+_MATCH_CLAIM_ATTEMPTS = 5
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
 _FIXED_LIFE_KEYS = 13
 #: How many of a shard's earliest ids find_stale_messages checks.
@@ -266,11 +273,11 @@ class QueueCore:
         """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
         ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
         wake-ups, the deadline, re-claims)."""
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         validate.ms("wait_ms", wait_ms)
         lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
                                                                             low=1)
-        enough = count if min_count is None else validate.int_at_least("min_count", min_count, 1)
+        enough = count if min_count is None else validate.count("min_count", min_count, 1)
         self._check_open()
         order = self._local_first if all_shards else [self._local, *self._adopted()]
         if count == 0:
@@ -405,16 +412,52 @@ class QueueCore:
         return self._claimed_one(result)
 
     def claim_match(self, pattern: str, local_only: bool) -> Op[Message | None]:
-        validate.pattern(pattern)
+        """Lease the due message with the lowest score whose JSON matches ``pattern``: pages of
+        due messages are read (match_page.lua) and matched here, so no script runs a pattern;
+        the match found is then claimed by id, only if it is still due and unchanged
+        (claim_match.lua). Every script call is short, and the claim is never repeated."""
+        matcher = LuaPattern(validate.pattern(pattern))
         self._check_open()
         order = [self._local] if local_only else self._local_first
-        result = yield from self._guard("pop_msg_with_predicate", self.keys.message_hash,
-                                        self._script(QUORUM, "claim_match", self._life_keys,
-                                                     [self._now_arg(), pattern,
-                                                      self.unack_timeout_ms,
-                                                      *(i + 1 for i in order)],
-                                                     idempotent=False))
-        return self._claimed_one(result)
+        operation, key = "pop_msg_with_predicate", self.keys.message_hash
+        for _ in range(_MATCH_CLAIM_ATTEMPTS):
+            found = yield from self._guard(operation, key, self._first_due_match(matcher, order))
+            if found is None:
+                return None
+            index, id, json = found
+            result = yield from self._guard(operation, key, self._script(
+                QUORUM, "claim_match", self._life_keys,
+                [self._now_arg(), id, json, self.unack_timeout_ms, index + 1], idempotent=False))
+            if result:
+                return self._claimed_one(result)
+        return None  # every match found was taken or changed before it could be claimed
+
+    def _first_due_match(self, matcher: LuaPattern,
+                         order: list[int]) -> Op[tuple[int, Any, Any] | None]:
+        """(shard index, id, json) of the lowest-scored due message matching, over ``order``'s
+        shards (each read in score order until its first match), or None."""
+        best: tuple[float, int, Any, Any] | None = None
+        for index in order:
+            offset = 0
+            while True:
+                page = yield from self._script(
+                    QUORUM, "match_page", self._life_keys,
+                    [self._now_arg(), index + 1, offset, MATCH_PAGE_IDS, MATCH_PAGE_BYTES],
+                    idempotent=True)
+                hit = None
+                for i in range(2, len(page), 3):
+                    score = float(page[i + 1])
+                    if best is not None and score >= best[0]:
+                        hit = False  # nothing later in this shard can beat the best
+                        break
+                    if page[i + 2] and matcher.search(page[i + 2]):
+                        hit = True
+                        best = (score, index, page[i], page[i + 2])
+                        break
+                offset += (len(page) - 2) // 3
+                if hit is not None or int(page[1]):
+                    break
+        return None if best is None else best[1:]
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
         pairs = _id_receipt_pairs("ack_many", ids)
@@ -451,8 +494,8 @@ class QueueCore:
     def _nack(self, operation: str, pairs: list[str], delay_ms: int,
               error: str | None) -> Op[int]:
         validate.ms("delay_ms", delay_ms)
-        if error is not None and not isinstance(error, str):
-            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        if error is not None:
+            validate.text("error", error)
         self._check_attached()
         if not pairs:
             return 0
@@ -491,10 +534,9 @@ class QueueCore:
     def dead_letter(self, id: str, reason: str, error: str | None = None,
                     receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
-        if not isinstance(reason, str) or not reason:
-            raise InvalidArgumentError(f"reason must be a non-empty str, got {reason!r:.80}")
-        if error is not None and not isinstance(error, str):
-            raise InvalidArgumentError(f"error must be a str or None, got {error!r:.80}")
+        validate.text("reason", reason, empty=False)
+        if error is not None:
+            validate.text("error", error)
         pairs = [id, _receipt(receipt)]
         self._check_attached()
         ((buried, missing),) = yield from self._write("dead_letter", "bury", [(self._life_keys, [
@@ -594,12 +636,7 @@ class QueueCore:
         )
 
     def group_info(self, group: str) -> Op[dict[str, Any]]:
-        if not isinstance(group, str) or not group:
-            raise InvalidArgumentError(f"group must be a non-empty str, got {group!r}")
-        try:
-            group.encode()
-        except UnicodeEncodeError:
-            raise InvalidArgumentError("group is not valid Unicode text") from None
+        validate.text("group", group, empty=False)
         self._check_attached()
         waiting, leased, due, index = yield from self._guard(
             "group_info", self.keys.group_head, self._script(
@@ -609,7 +646,7 @@ class QueueCore:
                 "next_due_ms": _int_or_none(due), "shard": self.shards[int(index) - 1]}
 
     def dead_letters(self, count: int) -> Op[list[DeadLetter]]:
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         self._check_attached()
         if count == 0:
             return []
@@ -634,9 +671,10 @@ class QueueCore:
 
     def redrive(self, ids: Iterable[str] | None, delay_ms: int) -> Op[int]:
         validate.ms("delay_ms", delay_ms)
-        if isinstance(ids, (str, bytes)):
-            raise InvalidArgumentError("redrive takes a list of ids (or None for all)")
-        chosen = None if ids is None else [validate.message_id(i) for i in ids]
+        chosen = None if ids is None else [
+            validate.message_id(i)
+            for i in validate.listed("redrive takes a list of ids (or None for all)", ids,
+                                         single=(Message,))]
         self._check_attached()
         moved = 0
         if chosen is not None:
@@ -665,7 +703,7 @@ class QueueCore:
     # ----------------------------------------------------------------------------- reading
 
     def peek(self, operation: str, all_shards: bool, count: int) -> Op[list[Message]]:
-        validate.int_at_least("count", count, 0)
+        validate.count("count", count)
         self._check_attached()
         if count == 0:
             return []
@@ -699,14 +737,29 @@ class QueueCore:
         return [Message.from_json(raw) for _, raw in pairs]
 
     def find_match(self, pattern: str, local_only: bool) -> Op[str | None]:
-        validate.pattern(pattern)
+        """The first message (in HSCAN order) whose JSON matches ``pattern``: the hash is read
+        a page at a time on the read connection and matched here (no script runs a pattern);
+        with ``local_only``, find_match.lua keeps the first match waiting in the local shard."""
+        matcher = LuaPattern(validate.pattern(pattern))
         self._check_attached()
         local = self.local_shard
         keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
                 self.keys.group_of, self.keys.group_queue_shard(local)]
-        found = yield from self._guard("get_msg_with_predicate", keys[0], self._read_script(
-            "find_match", keys, [pattern, "1" if local_only else "0", self._local + 1]))
-        return as_text(found) if found else None
+        operation, cursor = "get_msg_with_predicate", 0
+        while True:
+            reply = yield from self._guard(operation, keys[0], self._command(
+                READ, "HSCAN", keys[0], cursor, "COUNT", MATCH_PAGE_IDS))
+            cursor, pairs = _hscan_page(reply)
+            hits = [as_text(field) for field, json in pairs if json and matcher.search(json)]
+            if hits and not local_only:
+                return hits[0]
+            if hits:
+                found = yield from self._guard(operation, keys[0], self._read_script(
+                    "find_match", keys, [self._local + 1, *hits]))
+                if found:
+                    return as_text(found)
+            if cursor == 0:
+                return None
 
     def contains_match(self, pattern: str, local_only: bool) -> Op[bool]:
         return (yield from self.find_match(pattern, local_only)) is not None
@@ -788,7 +841,17 @@ class QueueCore:
     # ----------------------------------------------------------------------------- checks
 
     def _now_arg(self) -> str:
-        return "" if self._clock is None else str(int(self._clock()))
+        if self._clock is None:
+            return ""
+        now = self._clock()
+        try:
+            now_ms = int(now)
+        except (TypeError, ValueError, OverflowError):
+            now_ms = -1
+        if not 0 <= now_ms <= validate.MAX_EPOCH_MS:
+            raise ConfigurationError(f"clock must return epoch ms in 0..{validate.MAX_EPOCH_MS}, "
+                                     f"returned {now!r:.80}")
+        return str(now_ms)
 
     def _check_attached(self) -> None:
         if self.detached:
@@ -799,10 +862,8 @@ class QueueCore:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     def _validated(self, messages: Iterable[Message]) -> list[Message]:
-        if isinstance(messages, (Message, str, bytes)) or not isinstance(messages, Iterable):
-            raise InvalidMessageError(
-                f"push takes a list of Message, got {type(messages).__name__}")
-        batch = list(messages)
+        batch = validate.listed("push takes a list of Message", messages, single=(Message,),
+                                error=InvalidMessageError)
         limit = self.settings.max_payload_bytes
         for message in batch:
             if not isinstance(message, Message):
@@ -1073,12 +1134,12 @@ def _leased(raw: Any, shard: str, deliveries: int, claimed_ms: int) -> Message:
 
 def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
     """[id, receipt, id, receipt, ...]: Message objects bring their receipt, ids none."""
-    if isinstance(ids, (str, bytes, Message)) or not isinstance(ids, Iterable):
-        raise InvalidArgumentError(f"{operation} takes a list of ids, not a single id")
+    items = validate.listed(f"{operation} takes a list of ids, not a single id", ids,
+                            single=(Message,))
     pairs: list[str] = []
-    for item in ids:
+    for item in items:
         if isinstance(item, Message):
-            pairs += [item.id, item.receipt or ""]
+            pairs += [validate.message_id(item.id), _receipt(item.receipt)]
         else:
             pairs += [validate.message_id(item), ""]
     return pairs
@@ -1099,9 +1160,7 @@ def _opt(value: int | None) -> int | str:
 def _receipt(receipt: object) -> str:
     if receipt is None:
         return ""
-    if not isinstance(receipt, str) or not receipt:
-        raise InvalidArgumentError(f"receipt must be a non-empty str or None, got {receipt!r}")
-    return receipt
+    return validate.text("receipt", receipt, empty=False)
 
 
 def _decoded(raw: Any, shard: str | None) -> Message | None:
@@ -1111,6 +1170,15 @@ def _decoded(raw: Any, shard: str | None) -> Message | None:
         return Message.from_json(raw, shard=shard)
     except InvalidMessageError:
         return None
+
+
+def _hscan_page(reply: Any) -> tuple[int, list[tuple[Any, Any]]]:
+    """(next cursor, [(field, value), ...]) of an HSCAN reply, parsed by redis-py (a dict) or
+    not (a flat list)."""
+    cursor, body = reply[0], reply[1]
+    if isinstance(body, dict):
+        return int(cursor), list(body.items())
+    return int(cursor), list(zip(body[::2], body[1::2], strict=True))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -240,6 +240,19 @@ class _Batcher:
         #: Per future: its caller's deadline and whether its command may run twice.
         self._terms: dict[asyncio.Future[Any], tuple[Deadline, bool]] = {}
 
+    def _packable(self, conn: Any, batch: list[_Pending]) -> list[_Pending]:
+        """The commands of ``batch`` that encode; the others' callers get the error."""
+        kept = []
+        for item in batch:
+            try:
+                _packed(conn, [item[0]])
+            except Exception as exc:
+                self._terms.pop(item[2], None)
+                self._fail([item], exc)
+            else:
+                kept.append(item)
+        return kept
+
     def submit(self, args: Any, deadline: Deadline, idempotent: bool,
                merge: rq.Merge | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -274,8 +287,15 @@ class _Batcher:
             await pool.release(conn)
 
     async def _exchange(self, conn: Any, batch: list[_Pending]) -> None:
-        sends = _joined(batch)
-        packed = _packed(conn, [send.args for send in sends])
+        try:
+            sends = _joined(batch)
+            packed = _packed(conn, [send.args for send in sends])
+        except Exception:  # a command that cannot be encoded fails alone; its caller must
+            batch = self._packable(conn, batch)  # not wait forever, nor fail the others
+            if not batch:
+                return
+            sends = _joined(batch)
+            packed = _packed(conn, [send.args for send in sends])
         replies: list[Any] = []
 
         async def once() -> None:

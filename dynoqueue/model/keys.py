@@ -61,11 +61,16 @@ def check_name(kind: str, value: object) -> str:
             braces, whitespace or control characters.
     """
     if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{kind} must be a non-empty str, got {value!r}")
+        raise ConfigurationError(f"{kind} must be a non-empty str, got {value!r:.80}")
     if _FORBIDDEN.search(value):
         raise ConfigurationError(
             f"{kind} {value!r} must not contain braces, whitespace or control characters"
         )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigurationError(f"{kind} {value!r} is not valid Unicode text") from None
     return value
 
 

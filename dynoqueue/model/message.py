@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidMessageError, PayloadTooLargeError
-from .validate import is_int
+from .validate import MAX_COUNT, MAX_EPOCH_MS, MAX_MS, is_int
 
 MIN_PRIORITY = 0
 MAX_PRIORITY = 99
@@ -30,17 +30,18 @@ class Message:
         id: the message id, a non-empty string, unique within a queue. Pushing an id that is
             already in the queue replaces that message.
         payload: any string (often JSON), or None.
-        timeout: delay in milliseconds, >= 0, before the message becomes visible to pops,
-            counted from the push.
+        timeout: delay in milliseconds, 0 .. 100 years (``validate.MAX_MS``), before the
+            message becomes visible to pops, counted from the push.
         priority: 0..99. Only orders messages that fall due in the same millisecond; the lower
             number is delivered first (score = due ms + priority / 100, as in dyno-queues).
         shard: the shard a popped message came from; ignored by push.
-        due_at_ms: (keyword) absolute due time, epoch ms (RMQ's fixed-time messages); a time in
-            the past means due now. Exclusive with ``timeout > 0``.
-        max_deliveries: (keyword) deliver at most this many times, >= 1, overriding the queue
-            policy's ``max_deliveries`` (Camellia's maxRetry, SQS's maxReceiveCount).
+        due_at_ms: (keyword) absolute due time, epoch ms up to 2**43 (year 2248; RMQ's
+            fixed-time messages); a time in the past means due now. Exclusive with
+            ``timeout > 0``.
+        max_deliveries: (keyword) deliver at most this many times, 1 .. 2**31 - 1, overriding
+            the queue policy's ``max_deliveries`` (Camellia's maxRetry, SQS's maxReceiveCount).
         ttl_ms: (keyword) end the message if it is not acked within this many ms of falling
-            due, >= 1, overriding the policy's ``message_ttl_ms`` (Camellia's ttlMillis).
+            due, 1 .. 100 years, overriding the policy's ``message_ttl_ms`` (Camellia's ttlMillis).
         group: (keyword) a non-empty str: messages with the same group form an ordered group
             (SQS FIFO's MessageGroupId, RMQ's slotBasis). At most one of them is leased at a
             time, across every consumer; they are delivered in due order (push order for equal
@@ -55,9 +56,10 @@ class Message:
 
     Raises:
         InvalidMessageError: (a ValueError) for an empty or non-string id, a non-string payload,
-            a negative or non-integer timeout, a priority outside 0..99, a bad ``due_at_ms``
-            (or one given with a timeout), a ``max_deliveries``/``ttl_ms`` below 1, or a group
-            that is not None or a non-empty str.
+            a timeout that is not an int in range, a priority outside 0..99, a bad
+            ``due_at_ms`` (or one given with a timeout), a ``max_deliveries``/``ttl_ms`` out of
+            range, a group that is not None or a non-empty str, or text (id, payload, group)
+            holding a lone surrogate.
 
     Messages compare equal, and hash, by id only, as in dyno-queues.
     """
@@ -86,39 +88,43 @@ class Message:
             PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
         """
         if not isinstance(self.id, str) or not self.id:
-            raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r}")
+            raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r:.80}")
+        _utf8_size("id", self.id)
         if self.payload is not None and not isinstance(self.payload, str):
             raise InvalidMessageError(
                 f"message {self.id!r}: payload must be str or None, "
                 f"got {type(self.payload).__name__}"
             )
-        if not is_int(self.timeout) or self.timeout < 0:
+        if not is_int(self.timeout) or not 0 <= self.timeout <= MAX_MS:
             raise InvalidMessageError(
-                f"message {self.id!r}: timeout must be an int >= 0 (ms), got {self.timeout!r}"
+                f"message {self.id!r}: timeout must be an int >= 0 and <= {MAX_MS} (ms), "
+                f"got {self.timeout!r:.80}"
             )
         if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise InvalidMessageError(
                 f"message {self.id!r}: priority must be an int in {MIN_PRIORITY}..{MAX_PRIORITY}, "
-                f"got {self.priority!r}"
+                f"got {self.priority!r:.80}"
             )
-        for name, low in (("due_at_ms", 0), ("max_deliveries", 1), ("ttl_ms", 1)):
+        for name, low, high in (("due_at_ms", 0, MAX_EPOCH_MS), ("max_deliveries", 1, MAX_COUNT),
+                                ("ttl_ms", 1, MAX_MS)):
             value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < low):
+            if value is not None and (not is_int(value) or not low <= value <= high):
                 raise InvalidMessageError(
-                    f"message {self.id!r}: {name} must be None or an int >= {low}, "
-                    f"got {value!r}")
+                    f"message {self.id!r}: {name} must be None or an int >= {low} and "
+                    f"<= {high}, got {value!r:.80}")
         if self.due_at_ms is not None and self.timeout:
             raise InvalidMessageError(
                 f"message {self.id!r}: give either due_at_ms or a timeout, not both")
         if self.shard is not None and not isinstance(self.shard, str):
             raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
+        if self.receipt is not None and not isinstance(self.receipt, str):
+            raise InvalidMessageError(f"message {self.id!r}: receipt must be str or None")
         if self.group is not None:
             if not isinstance(self.group, str) or not self.group:
                 raise InvalidMessageError(
                     f"message {self.id!r}: group must be None or a non-empty str, "
                     f"got {self.group!r}")
             _utf8_size(f"message {self.id!r}: group", self.group)
-        _utf8_size("id", self.id)
         size = 0 if self.payload is None else _utf8_size(f"message {self.id!r}: payload",
                                                           self.payload)
         if max_payload_bytes is not None and size > max_payload_bytes:
@@ -165,17 +171,20 @@ class Message:
             The decoded Message.
 
         Raises:
-            InvalidMessageError: the text is not a JSON object with a non-empty string id.
+            InvalidMessageError: ``raw`` is not str or bytes, or not a JSON object with a
+                non-empty string id; ``shard`` is not a str or None.
         """
+        if shard is not None and type(shard) is not str:
+            raise InvalidMessageError(f"shard must be a str or None, got {shard!r:.80}")
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise InvalidMessageError(f"stored message is not valid JSON: {raw[:80]!r}") from exc
+            raise InvalidMessageError(f"stored message is not valid JSON: {raw!r:.80}") from exc
         if type(doc) is not dict:
-            raise InvalidMessageError(f"stored message is not a JSON object: {raw[:80]!r}")
+            raise InvalidMessageError(f"stored message is not a JSON object: {raw!r:.80}")
         id_ = doc.get("id")
         if type(id_) is not str or not id_:
-            raise InvalidMessageError(f"stored message has no string id: {raw[:80]!r}")
+            raise InvalidMessageError(f"stored message has no string id: {raw!r:.80}")
         payload = doc.get("payload")
         message = _new_message(cls)
         message.id = id_

@@ -16,26 +16,32 @@ from .keys import check_key_part, check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
 from .states import QueuePolicy
-from .validate import int_at_least
+from .validate import count, int_at_least, ms
+
+#: Largest max_payload_bytes: Redis' largest string (proto-max-bulk-len), 512 MiB.
+MAX_PAYLOAD_LIMIT = 512 * 1024 * 1024
 
 
 class QueueOptions(TypedDict, total=False):
     """Keyword arguments of RedisQueues and the builders (each optional; defaults below).
 
     Attributes:
-        unack_timeout_ms: lease a pop takes on each message, ms, >= 1 (default 60 000).
-        unack_handler_interval_ms: how often the unack reprocessor runs, ms, >= 1; 0 disables it
-            (call ``process_unacks`` yourself). Default 60 000.
+        unack_timeout_ms: lease a pop takes on each message, ms, 1 .. 100 years
+            (``validate.MAX_MS``; default 60 000).
+        unack_handler_interval_ms: how often the unack reprocessor runs, ms, 1 .. 100 years; 0
+            disables it (call ``process_unacks`` yourself). Default 60 000.
         sharding_strategy: where pushes go; default :class:`RoundRobinStrategy`.
-        write_quorum: replicas that must confirm each write (``WAIT n``), >= 0 (default 0).
-        write_quorum_timeout_ms: how long WAIT may block, ms, >= 1 (default 100).
+        write_quorum: replicas that must confirm each write (``WAIT n``), 0 .. 2**31 - 1
+            (default 0).
+        write_quorum_timeout_ms: how long WAIT may block, ms, 1 .. 100 years (default 100).
         clock: callable returning epoch ms, replacing the Redis server's ``TIME``.
-        max_payload_bytes: largest payload accepted, UTF-8 bytes, >= 1 (default 1 MiB).
+        max_payload_bytes: largest payload accepted, UTF-8 bytes, 1 .. 512 MiB (default 1 MiB).
         poll_interval_ms: longest a waiting pop sleeps between checks when no doorbell rings,
-            ms, >= 1 (default 1 000).
-        hash_tag: wrap queue names in a Cluster hash tag; default: on for Redis Cluster.
-        doorbell: scripts PUBLISH a doorbell that wakes waiting pops (default True; False for
-            servers without pub/sub, such as Dynomite).
+            ms, 1 .. 100 years (default 1 000).
+        hash_tag: wrap queue names in a Cluster hash tag (a bool); None (default): on for
+            Redis Cluster.
+        doorbell: scripts PUBLISH a doorbell that wakes waiting pops (a bool; default True;
+            False for servers without pub/sub, such as Dynomite).
         policy: the :class:`~dynoqueue.model.states.QueuePolicy` of every queue of the factory
             (max deliveries, TTL, retention); None (default): whatever each queue has stored,
             else dyno-queues' behaviour (no limits).
@@ -141,17 +147,26 @@ class QueueSettings:
 
     def __post_init__(self) -> None:
         check_name("key prefix", self.key_prefix)
-        for shard in self.shards:
+        for shard in self.shards:  # a custom ShardSupplier's names are checked here
             check_key_part("shard name", shard)
-        if not self.shards or self.local_shard not in self.shards:
-            raise ConfigurationError(f"current shard {self.local_shard!r} is not one of the "
+        if not self.shards or not isinstance(self.local_shard, str) \
+                or self.local_shard not in self.shards:
+            raise ConfigurationError(f"current shard {self.local_shard!r:.80} is not one of the "
                                      f"shards {list(self.shards)}")
+        # Upper bounds: what a Redis score, WAIT, a thread's or a task's wait can hold (ms up
+        # to validate.MAX_MS, 100 years) and the largest Redis string (payloads).
         for name, low in (("unack_timeout_ms", 1), ("unack_handler_interval_ms", 0),
-                          ("write_quorum", 0), ("write_quorum_timeout_ms", 1),
-                          ("max_payload_bytes", 1), ("poll_interval_ms", 1)):
-            int_at_least(name, getattr(self, name), low, error=ConfigurationError)
-        int_at_least("orphan_shard_grace_ms", self.orphan_shard_grace_ms, 0,
+                          ("write_quorum_timeout_ms", 1), ("poll_interval_ms", 1)):
+            ms(name, getattr(self, name), low=low, error=ConfigurationError)
+        count("write_quorum", self.write_quorum, error=ConfigurationError)
+        int_at_least("max_payload_bytes", self.max_payload_bytes, 1, high=MAX_PAYLOAD_LIMIT,
                      error=ConfigurationError)
+        for name in ("doorbell", "eval_scripts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be a bool, got {getattr(self, name)!r:.80}")
+        if self.hash_tag is not None and not isinstance(self.hash_tag, bool):
+            raise ConfigurationError(f"hash_tag must be a bool or None, got {self.hash_tag!r:.80}")
+        ms("orphan_shard_grace_ms", self.orphan_shard_grace_ms, low=0, error=ConfigurationError)
         check_call_timeout_ms(self.call_timeout_ms)
         if self.policy is not None and not isinstance(self.policy, QueuePolicy):
             raise ConfigurationError(f"policy must be a QueuePolicy, got {self.policy!r}")
@@ -168,8 +183,7 @@ class QueueSettings:
         # Frozen: the defaults that depend on other fields are filled in once, here.
         object.__setattr__(self, "sharding_strategy", strategy)
         object.__setattr__(self, "hash_tag",
-                           self.cluster if self.hash_tag is None else bool(self.hash_tag))
-        object.__setattr__(self, "doorbell", bool(self.doorbell))
+                           self.cluster if self.hash_tag is None else self.hash_tag)
 
     @property
     def call_timeout_s(self) -> float:

@@ -49,7 +49,7 @@ class StaticShardSupplier:
         self._shards = [check_key_part("shard name", s) for s in shards]
         if len(set(self._shards)) != len(self._shards):
             raise ConfigurationError(f"shard names must be unique, got {self._shards}")
-        if current not in self._shards:
+        if not isinstance(current, str) or current not in self._shards:
             raise ConfigurationError(f"current shard {current!r} is not one of {self._shards}")
         self._current = current
 
@@ -89,9 +89,9 @@ class ZoneShardSupplier(StaticShardSupplier):
     def __init__(self, zone_to_shard: Mapping[str, str], local_zone: str) -> None:
         if not zone_to_shard:
             raise ConfigurationError("zone_to_shard must map at least one zone")
-        if local_zone not in zone_to_shard:
+        if not isinstance(local_zone, str) or local_zone not in zone_to_shard:
             raise ConfigurationError(
-                f"local zone {local_zone!r} is not one of {sorted(zone_to_shard)}"
+                f"local zone {local_zone!r:.80} is not one of {sorted(zone_to_shard)}"
             )
         self.zone_to_shard = dict(zone_to_shard)
         self.local_zone = local_zone

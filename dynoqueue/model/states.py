@@ -15,7 +15,7 @@ import orjson
 
 from ..errors import ConfigurationError
 from .message import Message
-from .validate import int_at_least
+from .validate import count, ms
 
 #: Dead letters are kept 7 days unless the policy says otherwise.
 DEFAULT_DEAD_LETTER_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -54,9 +54,10 @@ class QueuePolicy:
     strict_priority: bool = False
 
     def __post_init__(self) -> None:
-        for name, low in (("max_deliveries", 0), ("message_ttl_ms", 0), ("retention_ms", 0),
+        count("max_deliveries", self.max_deliveries, error=ConfigurationError)
+        for name, low in (("message_ttl_ms", 0), ("retention_ms", 0),
                           ("dead_letter_retention_ms", 1)):
-            int_at_least(name, getattr(self, name), low, error=ConfigurationError)
+            ms(name, getattr(self, name), low=low, error=ConfigurationError)
         if not isinstance(self.strict_priority, bool):
             raise ConfigurationError(
                 f"strict_priority must be a bool, got {self.strict_priority!r}")

@@ -18,6 +18,7 @@ WRITE_SCRIPTS = (
     "claim",
     "claim_id",
     "claim_match",
+    "match_page",
     "ack",
     "set_unack_timeout",
     "set_timeout",

@@ -66,13 +66,6 @@ local function ring(queue_key)
   if DOORBELL then redis.pcall('PUBLISH', queue_key, '1') end
 end
 
--- Lua pattern match that reports a malformed pattern as a typed error instead of a script crash.
-local function matches(value, pattern)
-  local ok, found = pcall(string.match, value, pattern)
-  if not ok then return redis.error_reply('BADPATTERN ' .. tostring(found)) end
-  return found ~= nil
-end
-
 -- ---------------------------------------------------------------------------------- lifecycle
 -- Scripts that take QueueKeys.lifecycle_keys(): message hash, life, policy, dead, dead info,
 -- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep

@@ -1,49 +1,31 @@
--- claim_match: lease the due message with the lowest score whose stored JSON matches a Lua
--- pattern, over the given shards (DynoQueue.pop_msg_with_predicate). With strict priority the
--- due ids of those shards first move to the ready zset and "lowest score" means most urgent.
+-- claim_match: lease the message the client matched for DynoQueue.pop_msg_with_predicate (see
+-- match_page.lua), if it still waits due in that shard and its stored JSON is still the one
+-- matched; anything else (leased meanwhile, replaced, removed) returns false and the client
+-- searches again.
 -- KEYS: QueueKeys.lifecycle_keys()
--- ARGV: [1] now override or '', [2] Lua pattern, [3] lease ms, [4..] shard indexes to search
--- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, false
--- when nothing due matches; error BADPATTERN on a bad pattern.
--- Cost: reads every due message of every shard until each shard's first match; keep patterns for
--- administration, not the hot path.
+-- ARGV: [1] now override or '', [2] id, [3] the JSON the client matched, [4] lease ms,
+--       [5] shard index
+-- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
+-- false.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
-local pattern = ARGV[2]
+local id = ARGV[2]
+local s = tonumber(ARGV[5])
 local p = policy_of(k)
-local best_shard, best_id, best_score, best_json, best_from
-local page = 100
-for i = 4, #ARGV do
-  local s = tonumber(ARGV[i])
-  local zset, bound = k.queue(s), due_bound(now)
-  if p.strict then
-    promote(k, s)
-    zset, bound = k.ready(s), '+inf'
-  end
-  local offset = 0
-  local done = false
-  while not done do
-    local ids = redis.call('ZRANGEBYSCORE', zset, '-inf', bound, 'WITHSCORES', 'LIMIT', offset, page)
-    if #ids == 0 then break end
-    for j = 1, #ids, 2 do
-      local score = tonumber(ids[j + 1])
-      if best_score and score >= best_score then done = true; break end
-      local json = redis.call('HGET', k.msg, ids[j])
-      if json then
-        local m = matches(json, pattern)
-        if type(m) == 'table' then return m end
-        if m then
-          best_shard, best_id, best_score, best_json, best_from = s, ids[j], score, json, zset
-          done = true
-          break
-        end
-      end
-    end
-    offset = offset + page
-  end
+local from = k.queue(s)
+local score = redis.call('ZSCORE', from, id)
+local due
+if score then
+  if tonumber(score) >= now + 1 then return false end
+  due = split_queue_score(tonumber(score))
+else
+  local ready = p.strict and redis.call('ZSCORE', k.ready(s), id)
+  if not ready then return false end
+  from = k.ready(s)
+  due = split_ready_score(tonumber(ready))
 end
-if not best_id then return false end
-local deliveries = lease(k, p, best_id, best_shard, now, tonumber(ARGV[3]), best_from)
+local json = redis.call('HGET', k.msg, id)
+if json ~= ARGV[3] then return false end
+local deliveries = lease(k, p, id, s, now, tonumber(ARGV[4]), from)
 if not deliveries then return false end
-local due = p.strict and split_ready_score(best_score) or split_queue_score(best_score)
-return {best_shard, best_json, deliveries, now, due}
+return {s, json, deliveries, now, due}
