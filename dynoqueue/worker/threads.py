@@ -43,7 +43,7 @@ class Worker(WorkerBase):
       ``stop(immediate=True)``) stops at once. Nothing is lost on any of these paths.
 
     The sync Worker does not close the queue: a pop in progress when it stops may wait up to
-    0.5 s more, and what it returns is given back. Use one Worker per queue and process (or
+    1 s more, and what it returns is given back. Use one Worker per queue and process (or
     per thread pool you want); a Worker runs once.
 
     Args:
