@@ -9,7 +9,7 @@ from typing import Any
 
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Handle, Program, Step, Wait
+from .engine import ROLES, Handle, Phase, Program, Step, Wait
 
 #: How often run() looks at the stop signals received, seconds.
 SIGNAL_POLL_S = 0.1
@@ -181,4 +181,7 @@ class Worker(WorkerBase):
 
     def _ring(self, role: str) -> None:
         with self._bells[role]:
-            self._bells[role].notify_all()
+            if role == "slots" and self._engine.phase is Phase.RUNNING:
+                self._bells[role].notify()  # one slot; it wakes the next if need be
+            else:
+                self._bells[role].notify_all()
