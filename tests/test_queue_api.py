@@ -492,6 +492,25 @@ def test_a_waiting_pop_sends_few_commands(make_queues, raw) -> None:
     assert evalsha_calls() - before <= 6
 
 
+@pytest.mark.deployments("single")
+def test_a_waiting_pop_that_nothing_wakes_claims_once(make_queues, raw) -> None:
+    """A wait shorter than poll_interval_ms that no ring or due time ends claims at its start
+    only: no last claim at the deadline (a consumer's next pop claims at once anyway)."""
+    q = make_queues(shard_supplier=SingleShardSupplier("a")).get(unique())
+    q.pop(1, wait_ms=10)  # doorbell subscribed, scripts loaded
+
+    def evalsha_calls() -> int:
+        return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = evalsha_calls()
+    started = time.monotonic()
+    assert q.pop(1, wait_ms=400) == []
+    assert 0.38 < time.monotonic() - started < 2.0
+    assert evalsha_calls() - before == 1
+    q.push([Message("due-at-deadline", timeout=300)])  # due before the deadline: claimed
+    assert ids(q.pop(1, wait_ms=350)) == ["due-at-deadline"]
+
+
 def test_close_stops_the_reprocessor_thread(redis_server, prefix) -> None:
     client = redis_server.client()
     queues = RedisQueues(client, client, key_prefix=prefix, shard_supplier=SingleShardSupplier("a"),

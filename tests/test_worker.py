@@ -470,6 +470,39 @@ def test_an_idle_worker_takes_a_message_within_ms_of_it_falling_due(setup: Setup
     assert -5 <= late_ms < 60, late_ms
 
 
+def test_an_idle_worker_claims_about_once_a_second(redis_server: RedisServer) -> None:
+    """Idle cost (issue 13: a waiting consumer sends a few commands/s): one claim script a
+    second (poll_interval_ms) for either Worker, none at the end of each waiting pop."""
+    stats = redis_server.client()
+
+    def claims() -> int:
+        return int(stats.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    with RedisQueues.from_url(redis_server.url, key_prefix=f"wkidle{uuid.uuid4().hex[:6]}",
+                              unack_handler_interval_ms=0) as queues:
+        with Worker(queues.get("q"), handler, concurrency=2):
+            time.sleep(0.8)  # subscribed, waiting
+            before = claims()
+            time.sleep(2.0)
+            sync_claims = claims() - before
+
+    async def idle_async() -> int:
+        queues = AsyncRedisQueues.from_url(redis_server.url, key_prefix="wkidlea",
+                                           unack_handler_interval_ms=0)
+        try:
+            async with AsyncWorker(queues.get("q"), ahandler, concurrency=16):
+                await asyncio.sleep(0.8)
+                start = claims()
+                await asyncio.sleep(2.0)
+                return claims() - start
+        finally:
+            await queues.aclose()
+
+    async_claims = asyncio.run(idle_async())
+    assert 1 <= sync_claims <= 3, sync_claims  # was 8: two claims per 0.5 s pop
+    assert 1 <= async_claims <= 3, async_claims
+
+
 def test_bad_arguments_raise_before_anything_runs(redis_server: RedisServer) -> None:
     queues = RedisQueues.from_url(redis_server.url, key_prefix="wkbad",
                                   unack_handler_interval_ms=0)

@@ -313,12 +313,18 @@ class QueueCore:
                         if rings_or_no_bell else FALLBACK_POLL_S)
             if next_due_ms is not None:
                 sleep = min(sleep, max(next_due_ms, 1) / 1000)
+            # A wait that only the deadline ends (listening, nothing due before it) needs no
+            # last claim when nothing rang: a consumer popping again claims at once anyway.
+            last = bell.listening and sleep >= remaining and (
+                next_due_ms is None or next_due_ms / 1000 > remaining)
             try:
-                yield WaitBell(self, channels, bell.ticket, sleep)
+                rung = yield WaitBell(self, channels, bell.ticket, sleep)
             except Cancelled:
                 yield from self._release(claim)
                 raise
             except DeadlinePassed:
+                return claim.messages()
+            if last and not rung:
                 return claim.messages()
 
     def _guarded_claim(self, operation: str, claim: _Claim) -> Op[int | None]:

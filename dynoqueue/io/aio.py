@@ -419,10 +419,12 @@ class TaskDoorbell(DoorbellBase):
         return await self._wait_for(lambda: self.rings.ticket(channels) != ticket, timeout_s)
 
     async def _wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        if predicate() or self._closed.is_set():  # already: no lock, no timer (every claim)
+            return True
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(
-                    lambda: predicate() or self._closed.is_set()), timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: no task per wait
+                    await self._changed.wait_for(lambda: predicate() or self._closed.is_set())
             except TimeoutError:
                 return False
         return True

@@ -27,7 +27,7 @@ class WorkerBase:
     #: True for the asyncio Worker (async handler, asyncio queue).
     asynchronous = False
     #: Longest wait of one pop when nothing is due, ms (see WorkerEngine).
-    idle_wait_ms = 500
+    idle_wait_ms = 1000
 
     def __init__(self, queue: Any, handler: Callable[..., Any], *, concurrency: int = 8,
                  lease_ms: int | None = None, heartbeat_ms: int | None = None,

@@ -169,7 +169,9 @@ class WorkerEngine:
         settings: the checked settings.
         idle_wait_ms: how long one pop may wait when nothing is due, ms (the thread driver keeps
             it short, since only the pop's return ends the wait; the asyncio one cancels it).
-        ring: called with a role after the engine moved that role's epoch; wakes its waiters.
+        ring: called with a role after the engine moved that role's epoch; wakes its waiters
+            (for "slots" while running, one waiter is enough: a slot that takes a message
+            rings again while messages remain and other slots wait).
         clock: monotonic seconds. rand: numbers in [0, 1) for the backoff's jitter.
     """
 
@@ -192,6 +194,7 @@ class WorkerEngine:
         self._results: list[tuple[Message, Decision]] = []  # finished, not sent yet
         self._releases: list[Message] = []  # to give back unstarted (release: uncounted)
         self._popping = False
+        self._idle_slots = 0  # slots waiting for a message
         self._asked = 0
         self._busy = False  # the last pop came back full: more is probably due
         self._mean_s: float | None = None  # recent handler duration
@@ -325,7 +328,10 @@ class WorkerEngine:
                 self._backlog.extend(messages)
             else:  # stopped while the pop ran: give them back
                 self._releases.extend(messages)
-            roles = self._bump("slots", "finisher") if messages else self._bump("finisher")
+            # Wake one idle slot; each slot that takes a message wakes the next while some
+            # remain (a driver may wake only one waiter per ring: see WorkerEngine).
+            wake = ("slots", "finisher") if messages and self._idle_slots else ("finisher",)
+            roles = self._bump(*wake)
         self._ring_all(roles)
         for message in messages:
             self._hook("on_delivered", message)
@@ -334,13 +340,23 @@ class WorkerEngine:
 
     def slot(self) -> Program:
         """Run handlers on messages in hand, one at a time, until the worker stops."""
+        waited = False
         while True:
+            roles: tuple[str, ...] = ()
             with self._lock:
+                if waited:
+                    self._idle_slots -= 1
                 message = self._backlog.popleft() if self._backlog else None
                 if message is not None:
                     self._running[_lease(message)] = message
+                    if self._backlog and self._idle_slots:
+                        roles = self._bump("slots")
                 stopping = self.phase is not Phase.RUNNING
                 epoch = self._epochs["slots"]
+                waited = message is None and not stopping
+                if waited:
+                    self._idle_slots += 1
+            self._ring_all(roles)
             if message is None:
                 if stopping:
                     return

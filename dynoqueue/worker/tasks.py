@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import signal
 import threading
@@ -11,7 +12,7 @@ from typing import Any
 
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Call, Handle, Pop, Program, Step, Wait
+from .engine import ROLES, Call, Handle, Phase, Pop, Program, Step, Wait
 
 
 class Worker(WorkerBase):
@@ -42,7 +43,9 @@ class Worker(WorkerBase):
 
     def _init_driver(self) -> None:
         self._events = {role: asyncio.Event() for role in ROLES}
+        self._idle: collections.deque[asyncio.Future[None]] = collections.deque()  # slots
         self._stopping = asyncio.Event()
+        self._popping: asyncio.Future[list[Message]] | None = None  # the pop in progress
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._seen = 0
@@ -148,6 +151,17 @@ class Worker(WorkerBase):
     async def _wait(self, request: Wait) -> None:
         if self._engine.epoch(request.role) != request.epoch:
             return
+        if request.role == "slots":  # woken one at a time (see _ring)
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(request.timeout_s):
+                        await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+            return
         event = self._events[request.role]
         event.clear()
         with contextlib.suppress(TimeoutError):
@@ -155,29 +169,36 @@ class Worker(WorkerBase):
                 await event.wait()
 
     async def _pop(self, request: Pop) -> list[Message]:
-        pop = asyncio.ensure_future(request.on(self.queue))
-        stopped = asyncio.ensure_future(self._stopping.wait())
+        pop: asyncio.Future[list[Message]] = asyncio.ensure_future(request.on(self.queue))
+        if self._stopping.is_set():
+            pop.cancel()
+        self._popping = pop  # a stop cancels it (see _ring), which puts back its leases
         try:
-            await asyncio.wait((pop, stopped), return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            pop.cancel()
-            raise
+            return await pop
+        except asyncio.CancelledError:
+            if _cancelling():  # run() itself is cancelled (awaiting pop cancelled it too)
+                raise
+            return []  # the worker stops
         finally:
-            stopped.cancel()
-        if not pop.done():  # the worker stops: cancel the pop, which puts back its leases
-            pop.cancel()
-            try:
-                return await pop  # type: ignore[no-any-return]
-            except asyncio.CancelledError:
-                if _cancelling():
-                    raise
-                return []
-        return pop.result()  # type: ignore[no-any-return]
+            self._popping = None
 
     def _ring(self, role: str) -> None:
+        if role == "slots":
+            # While running, one idle slot takes the message and wakes the next if more
+            # wait: not all of them for every message. Stopping wakes them all.
+            one = self._engine.phase is Phase.RUNNING
+            while self._idle:
+                waiter = self._idle.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    if one:
+                        return
+            return
         self._events[role].set()
         if role == "stop":
             self._stopping.set()
+            if self._popping is not None:
+                self._popping.cancel()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

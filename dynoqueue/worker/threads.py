@@ -1,15 +1,17 @@
-"""The sync Worker: the engine's programs on threads (a claimer, a finisher, one per handler)."""
+"""The sync Worker: the engine's programs on threads (a claimer, a finisher, one per handler;
+with one handler, the claimer's thread runs it)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import TracebackType
 from typing import Any
 
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Handle, Program, Step, Wait
+from .engine import ROLES, Handle, Phase, Program, Step, Wait
 
 #: How often run() looks at the stop signals received, seconds.
 SIGNAL_POLL_S = 0.1
@@ -43,7 +45,7 @@ class Worker(WorkerBase):
       ``stop(immediate=True)``) stops at once. Nothing is lost on any of these paths.
 
     The sync Worker does not close the queue: a pop in progress when it stops may wait up to
-    0.5 s more, and what it returns is given back. Use one Worker per queue and process (or
+    1 s more, and what it returns is given back. Use one Worker per queue and process (or
     per thread pool you want); a Worker runs once.
 
     Args:
@@ -76,6 +78,9 @@ class Worker(WorkerBase):
 
     def _init_driver(self) -> None:
         self._bells = {role: threading.Condition() for role in ROLES}
+        if self.settings.concurrency == 1:  # one thread waits as the slot and the claimer
+            pair = threading.Condition()
+            self._bells.update(slots=pair, claimer=pair, stop=pair)
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -126,9 +131,17 @@ class Worker(WorkerBase):
             else {}
         try:
             engine = self._engine
-            for i in range(self.settings.concurrency):
-                self._spawn(engine.slot(), f"slot-{i}")
-            claimer = self._spawn(engine.claimer(), "claimer")
+            if self.settings.concurrency == 1:
+                # One handler: the claimer's thread runs it (no hand-over between threads per
+                # message; while it runs there is nothing to claim but a prefetch).
+                claimer = threading.Thread(
+                    target=self._drive_pair, args=(engine.slot(), engine.claimer()),
+                    daemon=True, name=f"dynoqueue-worker-{self.settings.queue_name}-claimer")
+                claimer.start()
+            else:
+                for i in range(self.settings.concurrency):
+                    self._spawn(engine.slot(), f"slot-{i}")
+                claimer = self._spawn(engine.claimer(), "claimer")
             finisher = self._spawn(engine.finisher(), "finisher")
             seen = 0
             while finisher.is_alive():
@@ -152,6 +165,38 @@ class Worker(WorkerBase):
             step = Step(program)
             while step.pending:
                 step.send(*self._answer(step.request))
+        except BaseException as exc:  # a bug: run() raises it after stopping
+            self._failed(exc)
+
+    def _drive_pair(self, slot: Program, claimer: Program) -> None:
+        """Run the only slot and the claimer on this thread: the slot whenever it can (what
+        is in hand runs before the next pop), the claimer when the slot waits for messages."""
+        try:
+            engine = self._engine
+            steps = [Step(slot), Step(claimer)]
+            until: dict[int, tuple[Wait, float]] = {}  # step -> its Wait and that wait's end
+            while steps[0].pending or steps[1].pending:
+                waits: list[tuple[Wait, float]] = []
+                for i, step in enumerate(steps):
+                    if not step.pending:
+                        continue
+                    request = step.request
+                    if type(request) is not Wait:
+                        step.send(*self._answer(request))
+                        break
+                    if until.get(i, (None,))[0] is not request:
+                        until[i] = (request, time.monotonic() + request.timeout_s)
+                    end = until[i][1]
+                    if engine.epoch(request.role) != request.epoch or time.monotonic() >= end:
+                        step.send(None)
+                        break
+                    waits.append((request, end))
+                else:  # both wait: until either is woken or the first wait ends
+                    bell = self._bells["claimer"]  # the pair's roles share it (_init_driver)
+                    with bell:
+                        bell.wait_for(lambda waits=waits: any(  # type: ignore[misc]
+                            engine.epoch(w.role) != w.epoch for w, _ in waits),
+                                      min(end for _, end in waits) - time.monotonic())
         except BaseException as exc:  # a bug: run() raises it after stopping
             self._failed(exc)
 
@@ -181,4 +226,7 @@ class Worker(WorkerBase):
 
     def _ring(self, role: str) -> None:
         with self._bells[role]:
-            self._bells[role].notify_all()
+            if role == "slots" and self._engine.phase is Phase.RUNNING:
+                self._bells[role].notify()  # one slot; it wakes the next if need be
+            else:
+                self._bells[role].notify_all()
