@@ -118,6 +118,44 @@ def test_a_large_claim_keeps_its_records_in_a_hash_table_and_no_key_outlives_the
     assert raw.exists(q.keys.life) == 0
 
 
+def test_records_with_limits_are_text_and_keep_every_field_through_claims(make, raw,
+                                                                           clock) -> None:
+    # A record with its own max deliveries and TTL, an error text and claims is stored as
+    # text ("d:c:e:m:t:l"), not JSON: claims and acks read it with string.match.
+    q = make(QueuePolicy(message_ttl_ms=60_000))
+    q.push([Message("m", max_deliveries=4, ttl_ms=30_000), Message("p")])
+    pushed_at = clock.now_ms
+    stored = as_str(raw.hget(q.keys.life, "m"))
+    assert stored == f"::{pushed_at}:4:30000" and as_str(raw.hget(q.keys.life, "p")) == (
+        f"::{pushed_at}::")
+    (first,) = q.pop(1)
+    assert q.nack(first.id, receipt=first.receipt, error="boom: 1:2\nx") is True
+    (second,) = q.pop(1)
+    assert as_str(raw.hget(q.keys.life, "m")).startswith(f"{second.receipt}:{pushed_at}:4:")
+    info = q.info("m")
+    assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms, info.last_error) == (
+        2, 4, pushed_at, "boom: 1:2\nx")
+    assert not q.ack("m", receipt=first.receipt) and q.ack("m", receipt=second.receipt)
+
+
+def test_json_records_of_older_versions_are_still_read(make, raw, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=5, message_ttl_ms=60_000))
+    q.push([Message("m"), Message("n")])
+    (popped,) = q.pop(1)
+    raw.hset(q.keys.life, popped.id, f'{{"d":1,"c":{clock.now_ms},"e":7,"m":2,"l":"x"}}')
+    raw.hset(q.keys.life, "n" if popped.id == "m" else "m", '{"e":7,"m":2,"t":50000}')
+    info = q.info(popped.id)
+    assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms, info.last_error) == (
+        1, 2, 7, "x")
+    assert q.ack(popped.id, receipt=popped.receipt)  # the receipt is read from the JSON
+    (other,) = q.pop(1)
+    assert other.deliveries == 1 and q.info(other.id).max_deliveries == 2
+    expire_leases(q, clock)
+    (again,) = q.pop(1)
+    expire_leases(q, clock)  # its second delivery was its last (m = 2)
+    assert q.state(again.id) is MessageState.DEAD
+
+
 # ------------------------------------------------------------------ nack, max deliveries, dead
 
 

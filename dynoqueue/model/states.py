@@ -8,6 +8,7 @@ SQS's visible/in-flight map onto them (see ``docs/semantics.md``).
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,19 +151,37 @@ class DeadLetter:
 def decode_record(raw: Any) -> dict[str, Any]:
     """A lifecycle, ended or dead record stored by the scripts ({} when absent or unreadable).
 
-    A lifecycle record that holds only the delivery count and the claim time is stored in the
-    short form ``"deliveries:claim_ms"`` (see ``parse_life`` in ``scripts/_prelude.lua``).
+    Lifecycle records are stored as text (see ``parse_life`` in ``scripts/_prelude.lua``):
+    ``"deliveries:claim_ms"`` when that is all they hold, else
+    ``"deliveries:claim_ms:enqueued_ms:max_deliveries:ttl_ms"`` with absent numbers empty,
+    followed by ``":last_error"`` when there is one. Ended and dead records, and lifecycle
+    records written by older versions, are JSON objects.
     """
     if not raw:
         return {}
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     if not text.startswith("{"):
-        deliveries, colon, claimed = text.partition(":")
-        if colon and deliveries.isdigit() and claimed.isdigit():
-            return {"d": int(deliveries), "c": int(claimed)}
-        return {}
+        return _life_text(text)
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+#: The lifecycle record's text form: d:c, then optionally :e:m:t and :l (l: the rest).
+_LIFE_TEXT = re.compile(r"([0-9]*):([0-9]*)(?::([0-9]*):([0-9]*):([0-9]*)(?::(.*))?)?", re.DOTALL)
+
+
+def _life_text(text: str) -> dict[str, Any]:
+    """The fields of a lifecycle record in its text form ({} when it is not one)."""
+    match = _LIFE_TEXT.fullmatch(text)
+    if match is None:
+        return {}
+    rec: dict[str, Any] = {}
+    for name, value in zip("dcemt", match.groups()[:5], strict=True):
+        if value:
+            rec[name] = int(value)
+    if match.group(6):
+        rec["l"] = match.group(6)
+    return rec

@@ -102,14 +102,23 @@ end
 
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
 -- is d:c), e enqueued at, m its own max deliveries, t its own TTL, l last error. {} when it has
--- none. Stored as "d:c" when that is all it holds (the common case: cheap to read and write),
--- else as JSON.
+-- none. Stored as text, cheap to read and write with string.match: "d:c" when that is all it
+-- holds (the common case), else "d:c:e:m:t" with absent numbers left empty (a record from push
+-- is "::e::" or "::e:m:t") and ":l" after it when there is an error text (the rest of the
+-- string: it may hold colons). Records stored as JSON by older versions still parse.
 local function parse_life(raw)
   if not raw then return {} end
-  if string.byte(raw, 1) ~= 123 then  -- not '{': the short form
-    local d, c = string.match(raw, '^(%d+):(%d+)$')
-    if d then return {d = tonumber(d), c = tonumber(c)} end
-    return {}
+  if string.byte(raw, 1) ~= 123 then  -- not '{': the text form
+    local d, c, rest = string.match(raw, '^(%d*):(%d*)(.*)$')
+    if not d then return {} end
+    local rec = {d = tonumber(d), c = tonumber(c)}
+    if rest ~= '' then
+      local e, m, t, l = string.match(rest, '^:(%d*):(%d*):(%d*)(.*)$')
+      if not e or (l ~= '' and string.byte(l, 1) ~= 58) then return {} end
+      rec.e, rec.m, rec.t = tonumber(e), tonumber(m), tonumber(t)
+      if #l > 1 then rec.l = string.sub(l, 2) end
+    end
+    return rec
   end
   local ok, doc = pcall(cjson.decode, raw)
   if ok and type(doc) == 'table' then return doc end
@@ -128,11 +137,20 @@ local function life_of(k, id)
 end
 
 -- The stored form of a lifecycle record (see parse_life).
+local function life_number(x)
+  x = tonumber(x)
+  if x == nil then return '' end
+  return string.format('%.0f', x)
+end
+
 local function format_life(rec)
   if rec.d and rec.c and rec.e == nil and rec.m == nil and rec.t == nil and rec.l == nil then
     return string.format('%d:%.0f', rec.d, rec.c)
   end
-  return cjson.encode(rec)
+  local text = life_number(rec.d) .. ':' .. life_number(rec.c) .. ':' .. life_number(rec.e)
+               .. ':' .. life_number(rec.m) .. ':' .. life_number(rec.t)
+  if rec.l ~= nil and rec.l ~= '' then text = text .. ':' .. tostring(rec.l) end
+  return text
 end
 
 local function save_life(k, id, rec)

@@ -54,7 +54,7 @@ local function ack_found(s, found)
 end
 
 -- With receipts: an id counts where it is leased (one shard) and its lease's receipt matches.
--- A short record is the receipt's own text, so comparing the stored string is enough.
+-- A record's text form starts with the receipt (d:c), so comparing that part is enough.
 for s = 1, k.n do
   if #tagged == 0 then break end
   local scores = redis.call('ZMSCORE', k.unack(s), unpack(tagged))
@@ -73,7 +73,7 @@ for s = 1, k.n do
     local found, done = {}, {}
     for i, id in ipairs(here) do
       local raw = lives[i]
-      if raw and not done[id] and (raw == want[i]
+      if raw and not done[id] and (raw == want[i] or string.match(raw, '^%d+:%d+') == want[i]
           or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == want[i])) then
         done[id] = true
         found[#found + 1] = id

@@ -59,9 +59,11 @@ if #ids > 0 then
       if not raw then
         d = 1
         record = '1' .. stamp
-      elseif string.byte(raw, 1) ~= 123 then  -- short form "d:c"
-        d = (tonumber(string.match(raw, '^(%d+):%d+$')) or 0) + 1
-        record = d .. stamp
+      elseif string.byte(raw, 1) ~= 123 then  -- text form "d:c" or "d:c:e:m:t[:l]"
+        local dn, tail = string.match(raw, '^(%d*):%d*(.*)$')
+        if tail and tail ~= '' and string.byte(tail, 1) ~= 58 then dn, tail = nil, nil end
+        d = (tonumber(dn) or 0) + 1
+        record = d .. stamp .. (tail or '')
       else
         local rec = parse_life(raw)
         rec.d = (rec.d or 0) + 1
