@@ -18,8 +18,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
-from dynoqueue import DynoQueueError
+from dynoqueue import DynoQueueError, Message
 
 #: Rows of every fault test of this session, printed by conftest's terminal summary hook.
 SUMMARY_ROWS: list[str] = []
@@ -98,3 +99,33 @@ class Ledger:
                 f"{self.early:>5} {stranded:>6} {dead:>5} {self.seconds_unavailable():>9.2f}")
         SUMMARY_ROWS.append(line)
         return line
+
+
+def push_batches(ledger: Ledger, q: Any, stop: threading.Event, prefix: str) -> None:
+    """A producer of the fault tests: batches of 5 messages (delays 0, 0, 50, 200 ms in turn)
+    until ``stop``; each outcome goes into ``ledger`` (an error also pauses 20 ms)."""
+    batch_no = 0
+    while not stop.is_set():
+        delay = (0, 0, 50, 200)[batch_no % 4]
+        batch = [Message(f"{prefix}{batch_no}-{j}", "x", timeout=delay) for j in range(5)]
+        batch_no += 1
+        ledger.attempt([m.id for m in batch], delay)
+        try:
+            ledger.acked(q.push(batch))
+        except Exception as exc:  # recorded: the contract says typed errors only
+            ledger.failed(exc)
+            time.sleep(0.02)
+        time.sleep(0.003)
+
+
+def pop_and_ack(ledger: Ledger, q: Any, stop: threading.Event) -> None:
+    """A consumer of the fault tests: waiting pops of up to 20, each batch acked, until
+    ``stop``; deliveries and errors go into ``ledger``."""
+    while not stop.is_set():
+        try:
+            got = q.pop(20, wait_ms=100)
+            ledger.delivered([m.id for m in got])
+            if got:
+                q.ack_many(got)
+        except Exception as exc:  # recorded, as the producers' errors
+            ledger.failed(exc)

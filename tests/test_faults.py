@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
 from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, dynomite
 
 from .deployments import ZONES, Deployment, rack_contents
-from .faults import Ledger
+from .faults import Ledger, pop_and_ack, push_batches
 
 pytestmark = pytest.mark.slow
 
@@ -110,34 +109,10 @@ def _run_load(
     stop_producing = threading.Event()
     stop_consuming = threading.Event()
 
-    def produce() -> None:
-        rng = random.Random(7)
-        batch_no = 0
-        while not stop_producing.is_set():
-            delay = rng.choice((0, 0, 50, 200))
-            batch = [Message(f"b{batch_no}-{j}", "x", timeout=delay) for j in range(5)]
-            batch_no += 1
-            ledger.attempt([m.id for m in batch], delay)
-            try:
-                ledger.acked(producer.push(batch))
-            except Exception as exc:  # recorded: the contract says typed errors only
-                ledger.failed(exc)
-                time.sleep(0.02)
-            time.sleep(0.003)
-
-    def consume(q: DynoQueue) -> None:
-        while not stop_consuming.is_set():
-            try:
-                got = q.pop(20, wait_ms=100)
-                ledger.delivered([m.id for m in got])
-                if got:
-                    q.ack_many(got)
-            except Exception as exc:
-                ledger.failed(exc)
-                time.sleep(0.05)
-
-    threads = [threading.Thread(target=produce, daemon=True)]
-    threads += [threading.Thread(target=consume, args=(q,), daemon=True) for q in consumers]
+    threads = [threading.Thread(target=push_batches, args=(ledger, producer, stop_producing, "b"),
+                                daemon=True)]
+    threads += [threading.Thread(target=pop_and_ack, args=(ledger, q, stop_consuming), daemon=True)
+                for q in consumers]
     for thread in threads:
         thread.start()
     try:

@@ -25,6 +25,7 @@ from dynoqueue import (
     InvalidMessageError,
     Message,
     QueuePolicy,
+    QuorumNotReachedError,
     RedisQueues,
 )
 
@@ -56,10 +57,15 @@ def calls() -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
 
 
 def refused_or_done(call: Any, raw: Any, prefix: str) -> BaseException | None:
-    """Run ``call``; an error must be a DynoQueueError and leave the prefix's keys unchanged."""
+    """Run ``call``; an error must be a DynoQueueError and leave the prefix's keys unchanged.
+
+    QuorumNotReachedError is no refusal: it reports a write that was applied but that too few
+    replicas confirmed (a valid ``write_quorum`` on a server without replicas)."""
     before = fz.snapshot(raw, prefix)
     try:
         call()
+    except QuorumNotReachedError as exc:
+        return exc
     except DynoQueueError as exc:
         assert fz.snapshot(raw, prefix) == before, f"refused with {exc!r} but changed Redis"
         return exc
@@ -104,6 +110,7 @@ def build(deployment: Any, api: str, bridge: Any, options: dict[str, Any]) -> An
 @example(option="poll_interval_ms", value=10**400, queue_name="fuzzq")
 @example(option="unack_handler_interval_ms", value=10**13, queue_name="fuzzq")
 @example(option="write_quorum_timeout_ms", value=10**30, queue_name="fuzzq")
+@example(option="write_quorum", value=1, queue_name="fuzzq")  # applied, then QuorumNotReachedError
 @example(option="local_zone", value=fz.Unhashable(["z-a"]), queue_name="fuzzq")
 @example(option="zones", value=5, queue_name="fuzzq")
 @example(option="unack_timeout_ms", value=2**64, queue_name="\ud800")

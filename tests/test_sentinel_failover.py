@@ -21,7 +21,7 @@ from dynoqueue.embedded import RedisServer, SentinelRing
 
 from .apis import Bridge
 from .deployments import ZONES
-from .faults import Ledger
+from .faults import Ledger, pop_and_ack, push_batches
 
 pytestmark = pytest.mark.slow
 
@@ -125,34 +125,10 @@ def _load(ledger: Ledger, producers: list[Any], consumers: list[Any], fault: Any
     and waits for recovery; then drain until every acknowledged push was delivered."""
     stop_producing, stop_consuming = threading.Event(), threading.Event()
 
-    def produce(n: int, q: Any) -> None:
-        batch_no = 0
-        while not stop_producing.is_set():
-            delay = (0, 0, 50, 200)[batch_no % 4]
-            batch = [Message(f"p{n}-{batch_no}-{j}", "x", timeout=delay) for j in range(5)]
-            batch_no += 1
-            ledger.attempt([m.id for m in batch], delay)
-            try:
-                ledger.acked(q.push(batch))
-            except Exception as exc:  # recorded: the contract says typed errors only
-                ledger.failed(exc)
-                time.sleep(0.02)
-            time.sleep(0.003)
-
-    def consume(q: Any) -> None:
-        while not stop_consuming.is_set():
-            try:
-                got = q.pop(20, wait_ms=100)
-                ledger.delivered([m.id for m in got])
-                if got:
-                    q.ack_many(got)
-            except Exception as exc:  # recorded, as the producers' errors
-                ledger.failed(exc)
-                time.sleep(0.05)
-
-    makers = [threading.Thread(target=produce, args=(n, q), daemon=True)
-              for n, q in enumerate(producers)]
-    takers = [threading.Thread(target=consume, args=(q,), daemon=True) for q in consumers]
+    makers = [threading.Thread(target=push_batches, args=(ledger, q, stop_producing, f"p{n}-"),
+                               daemon=True) for n, q in enumerate(producers)]
+    takers = [threading.Thread(target=pop_and_ack, args=(ledger, q, stop_consuming), daemon=True)
+              for q in consumers]
     for thread in makers + takers:
         thread.start()
     try:

@@ -28,15 +28,10 @@ from .common import (
     Doorbells,
     answered_here,
     filled_pipeline,
+    hiredis_packer,
     replica_node,
     slot_map,
 )
-
-_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:  # the hiredis extra: packs commands in C
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is optional
-    _hiredis_pack = None
 
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
@@ -197,10 +192,9 @@ class AsyncDriver:
 def _packed(conn: Any, commands: list[Any]) -> Any:
     """The wire form of ``commands``: hiredis's C packer when it is installed and the client
     encodes text as strict UTF-8 (what hiredis does), else redis.asyncio's Python packer."""
-    encoder = conn.encoder
-    if _hiredis_pack is not None and encoder.encoding.lower() in ("utf-8", "utf8") \
-            and encoder.encoding_errors == "strict":
-        return b"".join([_hiredis_pack(tuple(args)) for args in commands])
+    pack = hiredis_packer(conn)
+    if pack is not None:
+        return b"".join([pack(tuple(args)) for args in commands])
     return conn.pack_commands(commands)
 
 

@@ -81,3 +81,20 @@ class DoorbellBase:
         self.enabled = enabled
         self.rings = bell.Rings(channels)
         self._conn = conn
+
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the hiredis extra: packs commands in C
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is optional
+    _hiredis_pack = None
+
+
+def hiredis_packer(conn: Any) -> Callable[[tuple[Any, ...]], bytes] | None:
+    """hiredis's C packer for ``conn`` when it is installed and the connection encodes text as
+    strict UTF-8 (what hiredis does), else None (use the connection's own packer)."""
+    encoder = conn.encoder
+    if _hiredis_pack is not None and encoder.encoding.lower() in ("utf-8", "utf8") \
+            and encoder.encoding_errors == "strict":
+        return _hiredis_pack
+    return None

@@ -25,15 +25,10 @@ from .common import (
     Doorbells,
     answered_here,
     filled_pipeline,
+    hiredis_packer,
     replica_node,
     slot_map,
 )
-
-_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:  # the hiredis extra: packs commands in C
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is optional
-    _hiredis_pack = None
 
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
@@ -177,11 +172,10 @@ def _packed(conn: Any, args: Sequence[Any]) -> Any:
     the client encodes text as strict UTF-8 (what hiredis does), else the connection's packer
     (redis-py's own checks every argument in Python first: ~0.1 us each, 4,500 of them in a
     500-message push)."""
-    encoder = conn.encoder
-    if _hiredis_pack is not None and encoder.encoding.lower() in ("utf-8", "utf8") \
-            and encoder.encoding_errors == "strict":
+    pack = hiredis_packer(conn)
+    if pack is not None:
         try:
-            return [_hiredis_pack(tuple(args))]
+            return [pack(tuple(args))]
         except TypeError:  # an argument type hiredis does not pack: let redis-py handle it
             pass
     return conn.pack_command(*args)
