@@ -73,7 +73,7 @@ def refused_or_done(call: Any, raw: Any, prefix: str) -> BaseException | None:
 
 
 @pytest.mark.parametrize("api", API_NAMES, indirect=True)
-@settings(max_examples=250, deadline=None, suppress_health_check=FIXTURES_OK)
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURES_OK)
 @given(call=calls())
 @example(call=("pop", {"wait_ms": 10**400}))
 @example(call=("pop", {"count": 10**400, "lease_ms": math.inf}))

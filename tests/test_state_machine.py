@@ -572,7 +572,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize(
-    ("decode_responses", "max_examples"), [(False, 150), (True, 40)], ids=["bytes", "decoded"]
+    ("decode_responses", "max_examples"), [(False, 100), (True, 25)], ids=["bytes", "decoded"]
 )
 def test_queue_matches_model(
     redis_server: RedisServer, clock: Any, decode_responses: bool, max_examples: int,
@@ -620,7 +620,7 @@ def test_queue_matches_model_on_every_deployment(
         run_state_machine_as_test(
             QueueMachine,
             settings=settings(
-                max_examples=10,
+                max_examples=6,
                 stateful_step_count=20,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow],
