@@ -11,7 +11,7 @@ from typing import Any
 
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Handle, Phase, Program, Step, Wait
+from .engine import ROLES, Handle, Program, Step, Wait
 
 #: How often run() looks at the stop signals received, seconds.
 SIGNAL_POLL_S = 0.1
@@ -225,8 +225,8 @@ class Worker(WorkerBase):
                                        request.timeout_s)
 
     def _ring(self, role: str) -> None:
+        # Every waiter: a bell may be shared by several roles (see _init_driver), so waking
+        # one could wake the wrong one and leave a claimed message unstarted until the next
+        # pop returns. Threads that find nothing to do go back to waiting.
         with self._bells[role]:
-            if role == "slots" and self._engine.phase is Phase.RUNNING:
-                self._bells[role].notify()  # one slot; it wakes the next if need be
-            else:
-                self._bells[role].notify_all()
+            self._bells[role].notify_all()
