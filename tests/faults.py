@@ -17,6 +17,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,3 +130,32 @@ def pop_and_ack(ledger: Ledger, q: Any, stop: threading.Event) -> None:
                 q.ack_many(got)
         except Exception as exc:  # recorded, as the producers' errors
             ledger.failed(exc)
+
+
+def run_under_fault(ledger: Ledger, producers: list[Any], consumers: list[Any],
+                    fault: Callable[[], None], *, before_s: float = 1.5, after_s: float = 2.0,
+                    drain_s: float = 30.0, drained: Callable[[], bool] | None = None) -> None:
+    """Producers (:func:`push_batches`) and consumers (:func:`pop_and_ack`) run; ``fault``
+    strikes (and waits for recovery); then the consumers drain until ``drained()`` (default:
+    every acknowledged push was delivered) or ``drain_s`` passes."""
+    stop_producing, stop_consuming = threading.Event(), threading.Event()
+    makers = [threading.Thread(target=push_batches, args=(ledger, q, stop_producing, f"p{n}-"),
+                               daemon=True) for n, q in enumerate(producers)]
+    takers = [threading.Thread(target=pop_and_ack, args=(ledger, q, stop_consuming), daemon=True)
+              for q in consumers]
+    for thread in makers + takers:
+        thread.start()
+    try:
+        time.sleep(before_s)
+        fault()
+        time.sleep(after_s)
+    finally:
+        stop_producing.set()
+        for thread in makers:
+            thread.join(timeout=30)
+    deadline = time.monotonic() + drain_s
+    while not (drained() if drained else not ledger.lost) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_consuming.set()
+    for thread in takers:
+        thread.join(timeout=30)

@@ -12,10 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
@@ -23,7 +21,7 @@ from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
 from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, dynomite
 
 from .deployments import ZONES, Deployment, rack_contents
-from .faults import Ledger, pop_and_ack, push_batches
+from .faults import Ledger, run_under_fault
 
 pytestmark = pytest.mark.slow
 
@@ -93,42 +91,6 @@ def test_a_consumer_killed_holding_leases_loses_nothing(deployment: Deployment) 
 # ------------------------------------------------------------------ load with a fault in between
 
 
-def _run_load(
-    ledger: Ledger,
-    producer: DynoQueue,
-    consumers: list[DynoQueue],
-    fault: Callable[[], None],
-    *,
-    before_s: float = 1.5,
-    after_s: float = 2.0,
-    drain_s: float = 30.0,
-    drained: Callable[[], bool] | None = None,
-) -> None:
-    """Producers and consumers run; ``fault`` strikes (and waits for recovery); then drain
-    until ``drained()`` (default: every acknowledged push was delivered)."""
-    stop_producing = threading.Event()
-    stop_consuming = threading.Event()
-
-    threads = [threading.Thread(target=push_batches, args=(ledger, producer, stop_producing, "b"),
-                                daemon=True)]
-    threads += [threading.Thread(target=pop_and_ack, args=(ledger, q, stop_consuming), daemon=True)
-                for q in consumers]
-    for thread in threads:
-        thread.start()
-    try:
-        time.sleep(before_s)
-        fault()
-        time.sleep(after_s)
-    finally:
-        stop_producing.set()
-        threads[0].join(timeout=30)
-    deadline = time.monotonic() + drain_s
-    while not (drained() if drained else not ledger.lost) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop_consuming.set()
-    for thread in threads[1:]:
-        thread.join(timeout=30)
-
 
 def test_sentinel_failover_under_load_loses_no_acknowledged_push() -> None:
     """write_quorum=1 + min-replicas-to-write 1: every acknowledged push survives the primary's
@@ -155,7 +117,7 @@ def test_sentinel_failover_under_load_loses_no_acknowledged_push() -> None:
                 took["failover"] = time.monotonic() - started
 
             queues = [z.get("load") for z in zones]
-            _run_load(ledger, queues[0], queues, kill_primary)
+            run_under_fault(ledger, [queues[0]], queues, kill_primary)
             assert ring.current_primary() is not old
         finally:
             for z in zones:
@@ -203,7 +165,7 @@ def test_cluster_primary_killed_under_load_keeps_the_queue_working() -> None:
                     assert time.monotonic() < deadline, "the old primary did not rejoin"
                     time.sleep(0.1)
 
-            _run_load(ledger, queues[0], queues, kill_owner)
+            run_under_fault(ledger, [queues[0]], queues, kill_owner)
             new_owner = topology.owner_of(queues[0].keys.message_hash)
             assert new_owner is not owner
             queues[0].push([Message("after")])  # and the queue still takes writes
@@ -276,8 +238,8 @@ def test_dynomite_rack_restart_under_load_dc_quorum() -> None:
                 sizes = queues[0].shard_sizes().values()
                 return not ledger.lost and not any(s["size"] or s["uacked"] for s in sizes)
 
-            _run_load(ledger, queues[0], queues, restart_rack, before_s=3.0, drain_s=20.0,
-                      drained=drained)
+            run_under_fault(ledger, [queues[0]], queues, restart_rack, before_s=3.0,
+                            drain_s=20.0, drained=drained)
             left = {i for keys in rack_contents(topology, prefix).values()
                     for content in keys.values() for i in content}
             ledger.stranded = len(left)

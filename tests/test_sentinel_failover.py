@@ -21,7 +21,7 @@ from dynoqueue.embedded import RedisServer, SentinelRing
 
 from .apis import Bridge
 from .deployments import ZONES
-from .faults import Ledger, pop_and_ack, push_batches
+from .faults import Ledger, run_under_fault
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_frozen_primary_with_a_replica_down_loses_no_acknowledged_push() -> None
                     time.sleep(0.1)
                 took["converted"] = time.monotonic() - started
 
-            _load(ledger, queues[:2], queues, fault)
+            run_under_fault(ledger, queues[:2], queues, fault, drain_s=6.0)
         finally:
             for z in zones:
                 z.close()
@@ -118,30 +118,3 @@ def test_frozen_primary_with_a_replica_down_loses_no_acknowledged_push() -> None
     assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
     assert not ledger.lost, f"{len(ledger.lost)} of {len(ledger.acknowledged)} acked pushes lost"
 
-
-def _load(ledger: Ledger, producers: list[Any], consumers: list[Any], fault: Any, *,
-          before_s: float = 1.5, after_s: float = 2.0, drain_s: float = 6.0) -> None:
-    """Producers push batches of 5 (delays 0-200 ms), consumers pop and ack; ``fault`` strikes
-    and waits for recovery; then drain until every acknowledged push was delivered."""
-    stop_producing, stop_consuming = threading.Event(), threading.Event()
-
-    makers = [threading.Thread(target=push_batches, args=(ledger, q, stop_producing, f"p{n}-"),
-                               daemon=True) for n, q in enumerate(producers)]
-    takers = [threading.Thread(target=pop_and_ack, args=(ledger, q, stop_consuming), daemon=True)
-              for q in consumers]
-    for thread in makers + takers:
-        thread.start()
-    try:
-        time.sleep(before_s)
-        fault()
-        time.sleep(after_s)
-    finally:
-        stop_producing.set()
-        for thread in makers:
-            thread.join(timeout=30)
-    deadline = time.monotonic() + drain_s
-    while ledger.lost and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop_consuming.set()
-    for thread in takers:
-        thread.join(timeout=30)
