@@ -43,7 +43,6 @@ from ..errors import (
     DynomiteStorageError,
     InvalidArgumentError,
     InvalidMessageError,
-    InvalidPatternError,
     QueueClosedError,
     QuorumNotReachedError,
     RedisOperationError,
@@ -136,7 +135,6 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
     Raises:
         AccessDeniedError: wrong password, unknown user, missing ACL permission.
         CallTimeoutError: no reply within the call's deadline (``call_timeout_ms``).
-        InvalidPatternError: Redis reported a malformed Lua pattern.
         DynomiteError: Dynomite's own error reply (no quorum, storage or peer unreachable).
         RedisOperationError: any other Redis failure, naming ``operation`` and ``key``.
     """
@@ -147,8 +145,6 @@ def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
     except (DeadlinePassed, RedisTimeoutError) as exc:
         raise timed_out(operation, key, exc) from exc
     except ResponseError as exc:
-        if "BADPATTERN" in str(exc):
-            raise InvalidPatternError(f"malformed Lua pattern: {exc}") from exc
         raise (dynomite_error(exc) or RedisOperationError)(operation, key, str(exc)) from exc
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError(operation, key, str(exc)) from exc
