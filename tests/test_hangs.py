@@ -27,8 +27,7 @@ from dynoqueue import CallTimeoutError, ConfigurationError, DynoQueueError, Mess
 from dynoqueue.embedded import RedisServer
 
 from .apis import Bridge
-from .faults import Ledger
-from .test_faults import _run_load
+from .faults import Ledger, run_under_fault
 
 DEADLINE_MS = 1000
 LEASE_MS = 1000
@@ -240,7 +239,7 @@ def test_producers_and_consumers_ride_out_a_frozen_primary(server: RedisServer,
                     time.sleep(0.05)
             took["back"] = time.monotonic() - started
 
-        _run_load(ledger, queues[0], queues, freeze)
+        run_under_fault(ledger, [queues[0]], queues, freeze)
     finally:
         closing = time.monotonic()
         for f in factories:
