@@ -75,8 +75,10 @@ def repo_root() -> Path:
 
 
 @contextmanager
-def pre_lifecycle(commit: str = PRE_LIFECYCLE) -> Iterator[ModuleType | None]:
-    """Import the ``dynoqueue`` package of ``commit`` as :data:`PRE_PACKAGE`.
+def pre_lifecycle(commit: str = PRE_LIFECYCLE,
+                  package: str = PRE_PACKAGE) -> Iterator[ModuleType | None]:
+    """Import the ``dynoqueue`` package of ``commit`` as ``package`` (for an A/B of any two
+    versions: the current tree's package keeps its name).
 
     Yields the imported package, or None when git, the repository or the commit is not there
     (e.g. the suite runs from an installed package). The temporary copy and the imported
@@ -92,16 +94,16 @@ def pre_lifecycle(commit: str = PRE_LIFECYCLE) -> Iterator[ModuleType | None]:
     try:
         with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
             archive.extractall(folder, filter="data")
-        (folder / "dynoqueue").rename(folder / PRE_PACKAGE)
-        for path in (folder / PRE_PACKAGE).rglob("*.py"):
+        (folder / "dynoqueue").rename(folder / package)
+        for path in (folder / package).rglob("*.py"):
             text = path.read_text()
-            path.write_text(_IMPORT.sub(rf"\1\2 {PRE_PACKAGE}", text))
+            path.write_text(_IMPORT.sub(rf"\1\2 {package}", text))
         sys.path.insert(0, str(folder))
         try:
-            yield importlib.import_module(PRE_PACKAGE)
+            yield importlib.import_module(package)
         finally:
             sys.path.remove(str(folder))
-            for name in [m for m in sys.modules if m.split(".")[0] == PRE_PACKAGE]:
+            for name in [m for m in sys.modules if m.split(".")[0] == package]:
                 del sys.modules[name]
     finally:
         shutil.rmtree(folder, ignore_errors=True)

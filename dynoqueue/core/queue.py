@@ -353,7 +353,8 @@ class QueueCore:
                     if cancelled.late_reply is not None:
                         claim.take(cancelled.late_reply, shard, claim.lease_ms)
                     raise
-                got, undecodable, late = claim.take(result, shard, claim.lease_ms)
+                got, undecodable, late = claim.take(result, shard, claim.lease_ms,
+                                                    self.events is not no_events)
                 self.events(self.name, "delivered", got)
                 for ms in late:
                     self.events(self.name, LATE, ms)
@@ -1101,24 +1102,34 @@ class _Claim:
         self.lease_ms = lease_ms
         self.held: dict[str, tuple[Message, int]] = {}
 
-    def take(self, result: Any, shard: str,
-             lease_ms: int) -> tuple[int, list[str], list[int]]:
+    def take(self, result: Any, shard: str, lease_ms: int,
+             lateness: bool = True) -> tuple[int, list[str], list[int]]:
         """Record a claim reply; return how many it leased, the ids that do not decode, and
-        the lateness of each leased one (claim time - due ms, from the reply: no I/O)."""
+        the lateness of each leased one (claim time - due ms, from the reply: no I/O; only
+        when ``lateness``, else [])."""
         now = int(result[0])
         lease_until = now + lease_ms
+        stamp = f":{now}"
+        held = self.held
+        from_json = Message.from_json
         undecodable: list[str] = []
         late: list[int] = []
         got = 0
+        # One loop per message of a 500-message reply: the receipt and delivery count are set
+        # here rather than through a helper call (see _leased for what they are).
         for i in range(3, len(result), 4):  # id, json, deliveries, due ms
             try:
-                message = _leased(result[i + 1], shard, int(result[i + 2]), now)
+                message = from_json(result[i + 1], shard)
             except InvalidMessageError:
                 undecodable.append(as_text(result[i]))
                 continue
-            self.held[message.id] = (message, lease_until)
-            late.append(max(0, now - int(result[i + 3])))
+            deliveries = int(result[i + 2])
+            message.deliveries = deliveries
+            message.receipt = f"{deliveries}{stamp}"
+            held[message.id] = (message, lease_until)
             got += 1
+            if lateness:
+                late.append(max(0, now - int(result[i + 3])))
         return got, undecodable, late
 
     def messages(self) -> list[Message]:
@@ -1139,11 +1150,25 @@ def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]
     items = validate.listed(f"{operation} takes a list of ids, not a single id", ids,
                             single=(Message,))
     pairs: list[str] = []
+    add = pairs.append
     for item in items:
-        if isinstance(item, Message):
-            pairs += [validate.message_id(item.id), _receipt(item.receipt)]
+        # The common cases checked inline (ASCII text needs no UTF-8 check; a popped Message
+        # has an ASCII receipt): validate's helpers for anything else.
+        if type(item) is Message:
+            mid, receipt = item.id, item.receipt
+            add(mid if type(mid) is str and mid and mid.isascii()
+                else validate.message_id(mid))
+            add(receipt if type(receipt) is str and receipt and receipt.isascii()
+                else _receipt(receipt))
+        elif type(item) is str and item and item.isascii():
+            add(item)
+            add("")
+        elif isinstance(item, Message):
+            add(validate.message_id(item.id))
+            add(_receipt(item.receipt))
         else:
-            pairs += [validate.message_id(item), ""]
+            add(validate.message_id(item))
+            add("")
     return pairs
 
 

@@ -41,8 +41,14 @@ if #ids > 0 then
   -- No record at all is common (every earlier delivery acked): then none is read.
   local lives = {}
   if redis.call('EXISTS', k.life) == 1 then lives = redis.call('HMGET', k.life, unpack(ids)) end
+  -- A claimed id is past its TTL only if the earliest TTL of the queue is (the sweep ends
+  -- those): one lookup of that instead of one per id, unless something has run out.
   local expiries = nil
-  if has_expiry(k) then expiries = redis.call('ZMSCORE', k.expiry, unpack(ids)) end
+  local first_expiry = earliest(k.expiry)
+  HAS_EXPIRY = first_expiry ~= nil
+  if first_expiry and first_expiry <= now then
+    expiries = redis.call('ZMSCORE', k.expiry, unpack(ids))
+  end
   local leases, records, ended, gone = {}, {}, {}, {}
   -- ':' .. claim ms, the tail of every short record and receipt this claim writes (no
   -- string.format per message: a record that is absent or short is built by concatenation).
