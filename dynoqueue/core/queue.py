@@ -1129,7 +1129,7 @@ class _Claim:
             held[message.id] = (message, lease_until)
             got += 1
             if lateness:
-                late.append(max(0, now - int(result[i + 3])))
+                late.append(max(0, now - int(float(result[i + 3]))))  # see claim.lua
         return got, undecodable, late
 
     def messages(self) -> list[Message]:

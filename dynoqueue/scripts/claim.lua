@@ -4,8 +4,9 @@
 -- ARGV: [1] now override or '', [2] shard index (1..n), [3] count (1..1000), [4] lease ms
 -- Returns: {now, ms until the next waiting message is due (-1 if none), ids dead-lettered as
 --           'payload-missing', id1, json1, deliveries1, due1, id2, ...}; a receipt is
---           deliveries:now; due: the epoch ms it fell due (its score without the priority), for
---           delivery lateness.
+--           deliveries:now; due: when it fell due, for delivery lateness: its queue zset score
+--           as text (due ms + priority / 100: the whole part is the due ms), or with strict
+--           priority the due ms as a number.
 -- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check.
 -- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
 -- lowest ready scores are claimed (most urgent first). A grouped message is claimable only as
@@ -31,9 +32,18 @@ else
   scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'WITHSCORES', 'LIMIT', 0, count)
 end
 local ids, dues = {}, {}
-for i = 1, #scored, 2 do
-  ids[#ids + 1] = scored[i]
-  dues[#dues + 1] = (split(tonumber(scored[i + 1])))
+if p.strict then
+  for i = 1, #scored, 2 do
+    ids[#ids + 1] = scored[i]
+    dues[#dues + 1] = (split(tonumber(scored[i + 1])))
+  end
+else  -- the score as text: the client takes the due ms from it (no tonumber per message here)
+  local n = 0
+  for i = 1, #scored, 2 do
+    n = n + 1
+    ids[n] = scored[i]
+    dues[n] = scored[i + 1]
+  end
 end
 local out = {now, -1, 0}
 if #ids > 0 then
@@ -53,6 +63,8 @@ if #ids > 0 then
   -- ':' .. claim ms, the tail of every short record and receipt this claim writes (no
   -- string.format per message: a record that is absent or short is built by concatenation).
   local stamp = ':' .. string.format('%.0f', now)
+  -- The lease score as text once: Redis would format a Lua number per member (%.17g).
+  local lease_text = string.format('%.0f', lease_until)
   local nl, no = 0, #out
   for i, id in ipairs(ids) do
     local raw = lives[i]
@@ -65,6 +77,10 @@ if #ids > 0 then
       if not raw then
         d = 1
         record = '1' .. stamp
+      elseif string.byte(raw, 2) == 58 and string.byte(raw, 1) == 58 and #raw > 3 then
+        -- "::e:m:t[:l]", written at push: the first delivery (the common case with a TTL)
+        d = 1
+        record = '1' .. stamp .. string.sub(raw, 2)
       elseif string.byte(raw, 1) ~= 123 then  -- text form "d:c" or "d:c:e:m:t[:l]"
         local dn, tail = string.match(raw, '^(%d*):%d*(.*)$')
         if tail and tail ~= '' and string.byte(tail, 1) ~= 58 then dn, tail = nil, nil end
@@ -77,7 +93,7 @@ if #ids > 0 then
         d = rec.d
         record = format_life(rec)
       end
-      leases[nl + 1] = lease_until
+      leases[nl + 1] = lease_text
       leases[nl + 2] = id
       records[nl + 1] = id
       records[nl + 2] = record
