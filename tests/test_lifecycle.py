@@ -412,6 +412,31 @@ def test_nack_many_ends_many_leases_in_one_call(make, clock) -> None:
         q.nack_many("m1")
 
 
+def test_one_nack_many_call_mixes_due_again_dead_stale_and_repeated_ids(make, clock) -> None:
+    # nack.lua handles the whole batch with variadic commands: each id still counts once, by
+    # its own receipt, keeps its priority and group, and dies at its own max_deliveries.
+    q = make()
+    q.push([Message("hi", "h", priority=1), Message("lo", "l", priority=90),
+            Message("once", "o", max_deliveries=1), Message("g", "g", group="grp"),
+            Message("stale", "s")])
+    got = {m.id: m for m in q.pop(5)}
+    stale = got["stale"]
+    assert q.nack_many([stale]) == 1
+    clock.advance(1)
+    again = q.pop(1)
+    assert [m.id for m in again] == ["stale"] and again[0].deliveries == 2
+    assert q.nack_many([got["lo"], got["hi"], got["lo"], got["once"], got["g"], stale,
+                        "unknown", "hi"], 500, error="e:1") == 4
+    assert q.state("once") is MessageState.DEAD
+    assert q.info("stale").state is MessageState.LEASED  # its old receipt ended nothing
+    info = q.info("hi")
+    assert (info.state, info.priority, info.due_at_ms, info.last_error) == (
+        MessageState.DELAYED, 1, clock.now_ms + 500, "e:1")
+    assert q.info("g").due_at_ms == clock.now_ms + 500
+    clock.advance(500)
+    assert [m.id for m in q.pop(5)] == ["g", "hi", "lo"]  # priority 0 first
+
+
 def test_dead_letter_now_and_batched_lease_extension(make, clock) -> None:
     q = make()
     q.push([Message("a"), Message("b"), Message("c")])

@@ -41,7 +41,13 @@ local function fields_of(json)
   return pr, group
 end
 
+-- The priority alone. dynoqueue and Jackson write it as the last field when there is no group:
+-- the pair right before the final brace of a JSON object is one of its own (top-level) fields,
+-- and a later duplicate key wins in cjson too, so it is read from the tail without decoding
+-- the whole message (~2.5 us each in Redis' Lua). Anything else is decoded.
 local function priority_of(json)
+  local pr = string.match(string.sub(json, -15), '"priority":(%d%d?)}$')
+  if pr then return tonumber(pr) end
   return (fields_of(json))
 end
 

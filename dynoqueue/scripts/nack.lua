@@ -5,33 +5,105 @@
 -- ARGV: [1] now override or '', [2] delay ms (>= 0), [3] error text or '',
 --       then pairs: id, receipt ('' = any lease of that id)
 -- Returns: {due again, dead-lettered, of those without payload ('payload-missing')}; an id not
--- leased (or leased again since its receipt) counts in none.
+-- leased (or leased again since its receipt) counts in none; an id given twice counts once.
+-- Ids are looked up, checked and moved with one variadic command per key and shard (ZMSCORE,
+-- HMGET, ZREM, ZADD), not one per message, as in ack.lua; dead letters go one by one.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])
+local err = ARGV[3]
 local p = policy_of(k)
 local again, dead, missing = 0, 0, 0
+local ids, receipts = {}, {}
+local n = 0
 for i = 4, #ARGV, 2 do
-  local id = ARGV[i]
-  local s, rec = leased(k, id, ARGV[i + 1])
-  if s then
-    if ARGV[3] ~= '' then rec.l = ARGV[3] end
-    local json = redis.call('HGET', k.msg, id)
-    local most = max_deliveries(rec, p)
-    if not json then
-      bury_missing(k, id, now, s)
-      dead = dead + 1
-      missing = missing + 1
-    elseif most > 0 and (rec.d or 0) >= most then
-      save_life(k, id, rec)
-      dead_letter(k, id, 'max_deliveries', now, s)
-      dead = dead + 1
+  n = n + 1
+  ids[n] = ARGV[i]
+  receipts[n] = ARGV[i + 1]
+end
+local due = now + delay
+local due_text = string.format('%.0f', due)
+local done = {}
+for s = 1, k.n do
+  if #ids == 0 then break end
+  local scores = redis.call('ZMSCORE', k.unack(s), unpack(ids))
+  local here, want, rest, rest_receipts = {}, {}, {}, {}
+  for i, id in ipairs(ids) do
+    if scores[i] then
+      here[#here + 1] = id
+      want[#want + 1] = receipts[i]
     else
-      save_life(k, id, rec)
-      redis.call('ZREM', k.unack(s), id)
-      wait_in(k, s, id, now + delay, priority_of(json))
-      again = again + 1
+      rest[#rest + 1] = id
+      rest_receipts[#rest_receipts + 1] = receipts[i]
     end
   end
+  if #here > 0 then
+    local lives = redis.call('HMGET', k.life, unpack(here))
+    local found, recs, raws = {}, {}, {}
+    for i, id in ipairs(here) do
+      local raw, w = lives[i], want[i]
+      -- as leased(): '' takes any lease; else the record's receipt (its d:c head) must match
+      if not done[id] and (w == '' or (raw and (raw == w or string.match(raw, '^%d+:%d+') == w
+          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == w)))) then
+        done[id] = true
+        found[#found + 1] = id
+        raws[#found] = raw
+      end
+    end
+    if #found > 0 then
+      local jsons = redis.call('HMGET', k.msg, unpack(found))
+      local records, going, moves, dying, gone = {}, {}, {}, {}, {}
+      local first = first_waiting(k, s)
+      local lowest = math.huge
+      local ready = strict(k) and due <= now
+      for i, id in ipairs(found) do
+        local rec = parse_life(raws[i])
+        local json = jsons[i]
+        if err ~= '' and json then  -- recorded before a dead letter reads it (not for one buried)
+          rec.l = err
+          records[#records + 1] = id
+          records[#records + 1] = format_life(rec)
+        end
+        local most = max_deliveries(rec, p)
+        if not json then
+          gone[#gone + 1] = id
+        elseif most > 0 and (rec.d or 0) >= most then
+          dying[#dying + 1] = id
+        else
+          local pr = priority_of(json)
+          going[#going + 1] = id
+          if ready then
+            moves[#moves + 1] = ready_score(due, pr)
+          elseif pr == 0 then
+            moves[#moves + 1] = due_text
+          else
+            moves[#moves + 1] = due + pr / 100
+          end
+          moves[#moves + 1] = id
+          lowest = math.min(lowest, due + pr / 100)
+        end
+      end
+      if #records > 0 then redis.call('HSET', k.life, unpack(records)) end
+      for _, id in ipairs(gone) do
+        bury_missing(k, id, now, s)
+        dead = dead + 1
+        missing = missing + 1
+      end
+      for _, id in ipairs(dying) do
+        dead_letter(k, id, 'max_deliveries', now, s)
+        dead = dead + 1
+      end
+      if #going > 0 then
+        redis.call('ZREM', k.unack(s), unpack(going))
+        redis.call('ZADD', ready and k.ready(s) or k.queue(s), unpack(moves))
+        again = again + #going
+        if lowest < first and not RUNG[s] then  -- as wait_in
+          RUNG[s] = true
+          ring(k.queue(s))
+        end
+      end
+    end
+  end
+  ids, receipts = rest, rest_receipts
 end
 return {again, dead, missing}
