@@ -16,7 +16,7 @@ from typing import Any
 from dynoqueue.cli_args import int_at_least
 
 _LIBRARIES = ["dynoqueue", "bullmq", "rq", "dramatiq", "huey", "saq"]
-_SECTIONS = ["core", "worker", "serve", "ordering"]
+_SECTIONS = ["core", "worker", "serve", "ordering", "lifecycle"]
 
 
 def _libraries(text: str) -> list[str]:
@@ -67,7 +67,12 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="only these sections (default all: core = workloads 1-7, "
                              "worker = the Worker vs batched pop+ack and the peers' workers, "
                              "serve = dynoqueue serve over HTTP, ordering = strict priority "
-                             "and groups vs a plain queue)")
+                             "and groups vs a plain queue, lifecycle = pop+ack with delivery "
+                             "counting and with max_deliveries + TTL, nack with a delay, vs the "
+                             "pre-lifecycle code)")
+    parser.add_argument("--lifecycle-messages", type=int_at_least(500), metavar="N",
+                        help="due messages per lifecycle case and round (default 50000; "
+                             "--quick 5000)")
     parser.add_argument("--ordering-depths", type=_depths, metavar="N,N",
                         help="waiting messages of the ordering rows (default 1000,1000000; "
                              "--quick 1000,20000); 1000 alone skips the 1M rows (~2 min of "
@@ -93,7 +98,8 @@ def add_parser(commands: Any) -> None:
                     "enqueues from 100 concurrent tasks; then dynoqueue's Worker against the "
                     "batched consumer and the peers' workers, `dynoqueue serve` over HTTP, "
                     "and pop+ack with strict priority and ordered groups against a plain "
-                    "queue at 1k and 1M waiting. Prints a table per workload "
+                    "queue at 1k and 1M waiting, and the message lifecycle's costs against "
+                    "the pre-lifecycle code. Prints a table per workload "
                     "(median of the runs, [min-max]) and the goals; writes results.json, "
                     "results.md and PNG plots to --out.",
     )
@@ -118,7 +124,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     opts = Options.quick_mode() if args.quick else Options()
     if args.runs:
-        opts.runs = args.runs
+        opts.runs = opts.lifecycle_rounds = args.runs
     if args.procs:
         opts.procs = args.procs
     if args.libraries:
@@ -127,6 +133,8 @@ def run_command(args: argparse.Namespace) -> int:
         opts.sections = args.sections
     if args.ordering_depths:
         opts.ordering_depths = args.ordering_depths
+    if args.lifecycle_messages:
+        opts.lifecycle_messages = args.lifecycle_messages
     opts.profile = args.profile
     console = Console()
     if not console.is_terminal:

@@ -331,9 +331,9 @@ def tables(results: dict[str, Any]) -> list[Table]:
 
 
 def section_tables(results: dict[str, Any]) -> list[Table]:
-    """Tables 8-10: the Worker, ``dynoqueue serve``, ordering (those that ran)."""
+    """Tables 8-11: the Worker, ``dynoqueue serve``, ordering, lifecycle (those that ran)."""
     out = [t for t in (_worker_table(results), _serve_table(results),
-                       _ordering_table(results)) if t is not None]
+                       _ordering_table(results), _lifecycle_table(results)) if t is not None]
     return out
 
 
@@ -444,6 +444,45 @@ def _ordering_table(results: dict[str, Any]) -> Table | None:
                    f"{k} {v:,.0f} bytes" for k, v in memory.items()),
                "server us/msg: script time (INFO commandstats) per message of the pops, then "
                "of the acks, after the runs"]
+    return t
+
+
+def _lifecycle_table(results: dict[str, Any]) -> Table | None:
+    """Table 11: the lifecycle's costs (issue 10) against the pre-lifecycle code."""
+    from .lifecycle_ab import CASE_LABELS, LIMITS, PRE_LIFECYCLE
+
+    life = results.get("lifecycle")
+    if not life:
+        return None
+    t = Table("11. Message lifecycle: batched pop+ack and nack vs the pre-lifecycle code "
+              "(msgs/s)",
+              ["case", "msgs/s", "of pre-lifecycle (per round)", "server us/msg",
+               "client CPU us/msg", "bytes per waiting message"])
+    for case, figures in life["cases"].items():
+        share = life["ratios"].get(case)
+        t.rows.append([CASE_LABELS.get(case, case), fmt(figures),
+                       (f"{share['median']:.2f}x [{share['min']:.2f}-{share['max']:.2f}]"
+                        if share else NA),
+                       fmt(figures, "server_us", 2), fmt(figures, "client_us", 2),
+                       fmt(figures, "memory")])
+    if "error" in life:
+        t.rows.append(["error", life["error"], "", "", "", ""])
+        return t
+    load = life.get("load") or [float("nan")]
+    reference = life.get("reference")
+    t.notes = [f"{life['rounds']} interleaved round(s) of {life['n']:,} due messages (~60-byte "
+               "bodies, one shard) per case, after an untimed warm-up round; the cases in turn, "
+               "the order turning each round; consumer: pop(500) then ack_many of the popped "
+               "messages (with their receipts); limits: QueuePolicy("
+               + ", ".join(f"{k}={v:_}" for k, v in LIMITS.items()) + ")",
+               f"reference: the code before the lifecycle (commit {reference}), exported with "
+               "git archive and imported beside this one, on the same server"
+               if reference else
+               f"reference: n/a (the pre-lifecycle commit {PRE_LIFECYCLE} needs this package's "
+               "git history: run from a source checkout)",
+               "server us/msg: script time (INFO commandstats); client CPU: process_time of the "
+               "benchmark process; bytes: used_memory growth over the fill / messages; load "
+               f"average {load[0]:.1f} before, {load[-1]:.1f} after"]
     return t
 
 
@@ -577,7 +616,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _section_goals(results: dict[str, Any], add: Any) -> None:
-    """Goals of issues 13-15 (Worker, serve, ordering), for the sections that ran."""
+    """Goals of issues 10 and 13-15 (lifecycle, Worker, serve, ordering), for the sections
+    that ran."""
     if results.get("worker"):
         figures = _worker_rows(results)
         base = median(figures["baseline"])
@@ -595,6 +635,17 @@ def _section_goals(results: dict[str, Any], add: Any) -> None:
         p99 = median(poll, "p99")
         add("serve: long-poll wake-up p99 < 20 ms", f"{_num(p99, 1)} ms",
             p99 < 20 if not math.isnan(p99) else None)
+    life = results.get("lifecycle")
+    if life:
+        for case, share, what in (("default", 0.9, "pop+ack, default policy (delivery counting)"),
+                                  ("limits", 0.8, "pop+ack, max_deliveries + TTL")):
+            r = median({"rate": life["ratios"][case]}) if case in life["ratios"] else float("nan")
+            add(f"{what}: >= {share:.0%} of the pre-lifecycle rate",
+                f"{r:.2f}x" if not math.isnan(r) else f"{NA} (no reference)",
+                r >= share if not math.isnan(r) else None)
+        nack = median(life["cases"].get("nack"))
+        add("nack_many with a delay >= 50,000 msgs/s", _num(nack),
+            nack >= 50_000 if not math.isnan(nack) else None)
     order = results.get("ordering")
     if order:
         for depth, kinds in order["depths"].items():

@@ -27,8 +27,9 @@ _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg",
             "due_offset_ms", "client_cpu_ms", "server_cpu_ms", "pulls_per_msg",
             "claim_gap_avg_ms", "claim_gap_max_ms")
 #: The sections of a run: the six workloads and asyncio rows ("core"), the Worker (issue 13),
-#: ``dynoqueue serve`` over HTTP (issue 14) and ordering (issue 15).
-SECTIONS = ["core", "worker", "serve", "ordering"]
+#: ``dynoqueue serve`` over HTTP (issue 14), ordering (issue 15) and the message lifecycle's
+#: costs against the pre-lifecycle code (issue 10).
+SECTIONS = ["core", "worker", "serve", "ordering", "lifecycle"]
 #: Handlers at once of the Worker rows: the sync Worker, the asyncio Worker.
 WORKER_CONCURRENCY = {"dynoqueue": 1, "dynoqueue.asyncio": 16}
 #: The package that provides each library (for versions and install hints).
@@ -76,6 +77,8 @@ class Options:
     ordering_depths: list[int] = field(default_factory=lambda: [1_000, 1_000_000])
     ordering_probe: int = 10_000
     ordering_groups: int = 10_000
+    lifecycle_messages: int = 50_000
+    lifecycle_rounds: int = 5
     profile: bool = False
     quick: bool = False
 
@@ -90,7 +93,8 @@ class Options:
                    depth_probe=2_000, depth_probe_single=200, memory_n=1_000,
                    bench_requests=20_000, worker_consume=3_000, serve_msgs=200,
                    serve_poll_msgs=50, serve_poll_spread_s=1.0,
-                   ordering_depths=[1_000, 20_000], ordering_probe=2_000, quick=True)
+                   ordering_depths=[1_000, 20_000], ordering_probe=2_000,
+                   lifecycle_messages=5_000, lifecycle_rounds=1, quick=True)
 
 
 @dataclass
@@ -275,7 +279,7 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
     with sparse due times. The peers' own workers are their consumers of table 2 and 3; when
     the core section does not run, the Worker section measures them itself (same buckets).
     """
-    from . import ordering, serving, workloads
+    from . import lifecycle_ab, ordering, serving, workloads
 
     if "dynoqueue" not in opts.libraries:
         return
@@ -344,6 +348,19 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
                           f"{', '.join(f'{d:,}' for d in opts.ordering_depths)} waiting "
                           f"({opts.runs} runs)", order))
 
+    if "lifecycle" in opts.sections:
+        def lifecycle() -> None:
+            try:
+                raw["lifecycle"] = lifecycle_ab.measure(server.url, server.admin,
+                                                        opts.lifecycle_messages,
+                                                        opts.lifecycle_rounds)
+            except Exception as exc:  # reported in table 11; the other sections still count
+                raw["lifecycle"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+        steps.append(Step(f"lifecycle: pop+ack (default policy, max_deliveries + TTL), nack "
+                          f"with a delay and the pre-lifecycle code, {opts.lifecycle_messages:,}"
+                          f" messages x {opts.lifecycle_rounds} rounds", lifecycle))
+
 
 def _measure(steps: list[Step], section: dict[str, Any], tag: str, label: str, row: str,
              mode: str, fn: Callable[[], dict[str, Any]]) -> None:
@@ -362,7 +379,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"enqueue"|"consume"|"lateness": {row: {mode: summary}}, "limits": {...},
         "depth": {...}, "worker": {row: {mode: summary}}, "serve": {name: summary},
-        "ordering": {...}}``.
+        "ordering": {...}, "lifecycle": {...}}``.
     """
     from .limits import MIXES, mix_rate
 
@@ -393,6 +410,16 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
                        for d, kinds in order["depths"].items()},
             **{k: order[k] for k in ("fill_s", "memory_per_msg", "groups", "probe",
                                      "server_us") if k in order},
+        }
+    if "lifecycle" in raw and "error" in raw["lifecycle"]:
+        out["lifecycle"] = {"error": raw["lifecycle"]["error"], "cases": {}, "ratios": {}}
+    elif "lifecycle" in raw:
+        life = raw["lifecycle"]
+        out["lifecycle"] = {
+            "cases": {case: {k: summary(v) for k, v in figures.items()}
+                      for case, figures in life["cases"].items()},
+            "ratios": {case: summary(v) for case, v in life["ratios"].items()},
+            **{k: life[k] for k in ("reference", "n", "rounds", "load")},
         }
     if "depth" in raw:
         depth = raw["depth"]

@@ -7,12 +7,13 @@ The suite FLUSHALLs its server, so these tests start their own instead of the sh
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from benchmarks import limits, ordering, serving, workloads
+from benchmarks import lifecycle_ab, limits, ordering, serving, workloads
 from benchmarks.common import RoundTrips, items, percentiles
 from benchmarks.core_throughput import one_run
 from benchmarks.peers import PEERS, NotSupported, load
@@ -165,13 +166,15 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
     assert "### 1. Enqueue" in text and "### 7. asyncio APIs" in text
     # The Worker, serve and ordering sections (issues 13-15), with their goals.
     assert "### 8. Workers" in text and "### 9. dynoqueue serve" in text
-    assert "### 10. Ordering" in text
+    assert "### 10. Ordering" in text and "### 11. Message lifecycle" in text
     assert data["worker"]["dynoqueue Worker"]["consume"]["rate"]["median"] > 0
     assert data["serve"]["round_trip"]["rate"]["median"] > 0
     assert data["ordering"]["depths"]["20000"]["grouped"]["median"] > 0
     new_goals = [g["goal"] for g in data["goals"] if "Worker" in g["goal"]
                  or g["goal"].startswith(("serve:", "pop+ack with"))]
     assert len(new_goals) == 4 + 1 + 4
+    assert data["lifecycle"]["cases"]["limits"]["rate"]["median"] > 0
+    assert sum(g["goal"].startswith(("pop+ack,", "nack_many")) for g in data["goals"]) == 3
 
 
 def test_worker_rows_move_messages(bench_server: workloads.Server) -> None:
@@ -206,6 +209,24 @@ def test_ordering_rows(bench_server: workloads.Server) -> None:
         assert all(s["pop"] > 0 and s["ack"] > 0 for s in out["server_us"][depth].values())
     assert out["memory_per_msg"]["grouped"] > out["memory_per_msg"]["plain"] > 0
     assert bench_server.admin.dbsize() == 0  # flushed after
+
+
+def test_lifecycle_rows_against_the_pre_lifecycle_code(bench_server: workloads.Server) -> None:
+    # The pre-lifecycle package is exported from git and imported beside this one; every case
+    # moves all its messages (measure raises otherwise) and the server is flushed after.
+    out = lifecycle_ab.measure(bench_server.url, bench_server.admin, n=1000, rounds=1)
+    cases = ("pre", "default", "limits", "nack") if out["reference"] else lifecycle_ab.CASES[1:]
+    assert tuple(out["cases"]) == cases
+    for figures in out["cases"].values():
+        assert figures["rate"][0] > 0 and figures["server_us"][0] > 0
+        assert figures["memory"][0] > 0
+    if out["reference"]:
+        assert out["ratios"]["pre"] == [1.0]
+        # Limits keep a record and a TTL entry per waiting message.
+        assert out["cases"]["limits"]["memory"][0] > out["cases"]["default"]["memory"][0]
+    assert "dynoqueue_pre" not in sys.modules
+    assert bench_server.admin.dbsize() == 0
+    assert "| pop(500)+ack_many, default policy |" in lifecycle_ab.table(out)
 
 
 def test_plan_of_the_new_sections_alone(bench_server: workloads.Server) -> None:
