@@ -69,6 +69,12 @@ CASE_LABELS = {
 }
 
 
+def label(case: str) -> str:
+    """A case's row label; ``case@commit`` is that case run by another commit's code."""
+    kind, _, commit = case.partition("@")
+    return f"{CASE_LABELS[kind]} ({commit})" if commit else CASE_LABELS[kind]
+
+
 def repo_root() -> Path:
     """The checkout this module lives in (its git work tree, if it is one)."""
     return Path(__file__).resolve().parents[1]
@@ -84,6 +90,9 @@ def pre_lifecycle(commit: str = PRE_LIFECYCLE,
     (e.g. the suite runs from an installed package). The temporary copy and the imported
     modules are dropped on exit.
     """
+    if not commit:
+        yield None
+        return
     try:
         tar = subprocess.run(["git", "-C", str(repo_root()), "archive", "--format=tar", commit,
                               "dynoqueue"], capture_output=True, check=True, timeout=60).stdout
@@ -124,9 +133,10 @@ class _Case:
 
     def __init__(self, package: ModuleType, url: str, case: str) -> None:
         import redis
-        self.package, self.case = package, case
+        self.package, self.case = package, case.split("@")[0]
         self.client = redis.Redis.from_url(url)
-        self.queues = package.RedisQueues(self.client, self.client, key_prefix=f"ab{case}",
+        self.queues = package.RedisQueues(self.client, self.client,
+                                          key_prefix=f"ab{case.replace('@', '.')}",
                                           shard_supplier=package.SingleShardSupplier("a"),
                                           unack_handler_interval_ms=0)
 
@@ -182,7 +192,8 @@ def _one(case: _Case, admin: Any, n: int, name: str) -> dict[str, float]:
 
 def measure(url: str, admin: Any, n: int = 50_000, rounds: int = 5,
             commit: str = PRE_LIFECYCLE,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None,
+            compare: str | None = None) -> dict[str, Any]:
     """The A/B rounds (see the module docstring) on the redis-server at ``url``.
 
     Args:
@@ -192,6 +203,8 @@ def measure(url: str, admin: Any, n: int = 50_000, rounds: int = 5,
         rounds: timed rounds, after one untimed warm-up round of min(n, 5,000).
         commit: the reference commit; without it (no git, no commit) ``pre`` is left out.
         progress: called with a short label before every round.
+        compare: another commit (e.g. the code before a change): its default, limits and nack
+            cases run too, in the same rounds, as ``default@<commit>`` etc.
 
     Returns:
         ``{"cases": {case: {"rate": [msgs/s per round], "server_us": [...], "client_us":
@@ -202,8 +215,14 @@ def measure(url: str, admin: Any, n: int = 50_000, rounds: int = 5,
     out: dict[str, Any] = {"n": n, "rounds": rounds, "load": [os.getloadavg()[0]],
                            "cases": {}, "ratios": {}, "reference": None}
     import dynoqueue
-    with pre_lifecycle(commit) as pre:
+    with pre_lifecycle(commit) as pre, \
+            pre_lifecycle(compare or "", "dynoqueue_cmp") as other:
         cases = {c: _Case(dynoqueue, url, c) for c in CASES if c != "pre"}
+        if compare and other is None:
+            raise RuntimeError(f"cannot export commit {compare!r} with git")
+        if other is not None:
+            cases.update({f"{c}@{compare}": _Case(other, url, f"{c}@{compare}")
+                          for c in CASES if c != "pre"})
         if pre is not None:
             cases = {"pre": _Case(pre, url, "pre"), **cases}
             out["reference"] = commit
@@ -247,7 +266,7 @@ def table(result: dict[str, Any]) -> str:
         rates, ratios = figures["rate"], result["ratios"].get(case, [])
         ratio = (f"{_median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
                  if ratios else "n/a")
-        lines.append(f"| {CASE_LABELS[case]} | {_median(rates):,.0f} [{min(rates):,.0f}-"
+        lines.append(f"| {label(case)} | {_median(rates):,.0f} [{min(rates):,.0f}-"
                      f"{max(rates):,.0f}] | {ratio} | {_median(figures['server_us']):.2f} | "
                      f"{_median(figures['client_us']):.2f} | {_median(figures['memory']):.0f} |")
     load = result["load"]
@@ -266,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=50_000, help="messages per case and round")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--commit", default=PRE_LIFECYCLE, help="the reference commit")
+    parser.add_argument("--compare", metavar="COMMIT",
+                        help="also run that commit's default, limits and nack cases (A/B)")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
     from dynoqueue.embedded import single
@@ -274,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
         admin = server.client(decode_responses=True)
         try:
             result = measure(server.url, admin, args.n, args.rounds, args.commit,
-                             progress=lambda label: print(f"  {label}", file=sys.stderr))
+                             progress=lambda text: print(f"  {text}", file=sys.stderr),
+                             compare=args.compare)
         finally:
             admin.close()
     print(table(result))

@@ -640,11 +640,11 @@ def _section_goals(results: dict[str, Any], add: Any) -> None:
         for case, share, what in (("default", 0.9, "pop+ack, default policy (delivery counting)"),
                                   ("limits", 0.8, "pop+ack, max_deliveries + TTL")):
             r = median({"rate": life["ratios"][case]}) if case in life["ratios"] else float("nan")
-            add(f"{what}: >= {share:.0%} of the pre-lifecycle rate",
+            add(f"lifecycle: {what} >= {share:.0%} of the pre-lifecycle rate",
                 f"{r:.2f}x" if not math.isnan(r) else f"{NA} (no reference)",
                 r >= share if not math.isnan(r) else None)
         nack = median(life["cases"].get("nack"))
-        add("nack_many with a delay >= 50,000 msgs/s", _num(nack),
+        add("lifecycle: nack_many with a delay >= 50,000 msgs/s", _num(nack),
             nack >= 50_000 if not math.isnan(nack) else None)
     order = results.get("ordering")
     if order:

@@ -13,16 +13,19 @@ local p = policy_of(k)
 local acked = 0
 local plain, seen = {}, {}
 local tagged, receipts = {}, {}
+local np, nt = 0, 0  -- counts kept by hand: t[#t + 1] costs a length lookup per message
 for i = 2, #ARGV, 2 do
   local id, receipt = ARGV[i], ARGV[i + 1]
   if receipt == '' then
     if not seen[id] then
       seen[id] = true
-      plain[#plain + 1] = id
+      np = np + 1
+      plain[np] = id
     end
   else
-    tagged[#tagged + 1] = id
-    receipts[#receipts + 1] = receipt
+    nt = nt + 1
+    tagged[nt] = id
+    receipts[nt] = receipt
   end
 end
 
@@ -59,27 +62,32 @@ for s = 1, k.n do
   if #tagged == 0 then break end
   local scores = redis.call('ZMSCORE', k.unack(s), unpack(tagged))
   local here, want, rest, rest_receipts = {}, {}, {}, {}
+  local nh, nr = 0, 0
   for i, id in ipairs(tagged) do
     if scores[i] then
-      here[#here + 1] = id
-      want[#want + 1] = receipts[i]
+      nh = nh + 1
+      here[nh] = id
+      want[nh] = receipts[i]
     else
-      rest[#rest + 1] = id
-      rest_receipts[#rest_receipts + 1] = receipts[i]
+      nr = nr + 1
+      rest[nr] = id
+      rest_receipts[nr] = receipts[i]
     end
   end
-  if #here > 0 then
+  if nh > 0 then
     local lives = redis.call('HMGET', k.life, unpack(here))
     local found, done = {}, {}
+    local nf = 0
     for i, id in ipairs(here) do
-      local raw = lives[i]
-      if raw and not done[id] and (raw == want[i] or string.match(raw, '^%d+:%d+') == want[i]
-          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == want[i])) then
+      local raw, w = lives[i], want[i]
+      if raw and not done[id] and (raw == w or string.match(raw, '^%d+:%d+') == w
+          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == w)) then
         done[id] = true
-        found[#found + 1] = id
+        nf = nf + 1
+        found[nf] = id
       end
     end
-    if #found > 0 then ack_found(s, found) end
+    if nf > 0 then ack_found(s, found) end
   end
   tagged, receipts = rest, rest_receipts
 end
