@@ -20,6 +20,9 @@ client CPU per message (``time.process_time``), and memory per waiting message (
 memory`` ``used_memory`` growth over the fill / n). Server and client CPU times do not count
 what other tenants of the machine take, so they are the load-robust figures.
 
+``--compare COMMIT`` adds that commit's default, limits and nack cases to the same rounds (an
+A/B of a change, e.g. ``--compare 764ffe9``; it is imported as ``dynoqueue_cmp``).
+
 The suite's ``lifecycle`` section (``dynoqueue bench --sections lifecycle``) runs
 :func:`measure`; without git or without the commit (an installed package) the reference reads
 n/a and the other rows still run.
@@ -102,7 +105,10 @@ def pre_lifecycle(commit: str = PRE_LIFECYCLE,
     folder = Path(tempfile.mkdtemp(prefix="dynoqueue-pre-"))
     try:
         with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            archive.extractall(folder, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+                archive.extractall(folder, filter="data")
+            else:  # our own git archive: paths under dynoqueue/ only
+                archive.extractall(folder)
         (folder / "dynoqueue").rename(folder / package)
         for path in (folder / package).rglob("*.py"):
             text = path.read_text()
