@@ -381,7 +381,7 @@ def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make,
     assert ids(q.pop(5) or q.pop(5)) == ["j4"]  # the claim drops j3, then j4 is current
     q.ack("j4")
     q.process_unacks()
-    for key in (q.keys.group_of, q.keys.group_head, q.keys.group_queue_shard("a"),
+    for key in (q.keys.group_of, q.keys.group_head, q.keys.group_line("g"), q.keys.group_waiting,
                 q.keys.life):
         assert raw.exists(key) == 0
 

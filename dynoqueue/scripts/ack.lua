@@ -34,16 +34,18 @@ local function ack_found(s, found)
   else
     if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
       local raws = redis.call('HMGET', k.groupof, unpack(found))
-      local grouped = {}
+      local grouped, groups, shards = {}, {}, {}
       for i, id in ipairs(found) do
-        if raws[i] then grouped[#grouped + 1] = id end
+        local raw = raws[i]
+        if raw then
+          grouped[#grouped + 1] = id
+          groups[#groups + 1] = string.sub(raw, 38)
+          shards[#shards + 1] = s  -- leased in s, so its group lives in s
+        end
       end
       if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
         redis.call('HDEL', k.groupof, unpack(grouped))
-        for i = 1, #found do
-          local raw = raws[i]
-          if raw then promote_next(k, string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))) end
-        end
+        promote_groups(k, groups, shards)
       end
     end
     redis.call('HDEL', k.msg, unpack(found))
