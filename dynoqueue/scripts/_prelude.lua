@@ -301,11 +301,13 @@ end
 -- %XX (as QueueKeys.group_line): no dot or brace, so the queue's hash tag stays the first.
 local LINES = {}
 local function escape_byte(c) return string.format('%%%02X', string.byte(c)) end
-local function group_line(k, g)
-  local key = LINES[g]
+local function group_line(k, group)
+  local key = LINES[group]
   if not key then
-    key = k.gline .. '.' .. string.gsub(g, '[^0-9A-Za-z_:%-]', escape_byte)
-    LINES[g] = key
+    local g = group
+    if string.find(g, '[^0-9A-Za-z_:%-]') then g = string.gsub(g, '[^0-9A-Za-z_:%-]', escape_byte) end
+    key = k.gline .. '.' .. g
+    LINES[group] = key
   end
   return key
 end
@@ -340,19 +342,22 @@ local function promote_groups(k, groups, shards)
         local id = string.sub(member, 19)
         heads[#heads + 1] = g
         heads[#heads + 1] = id
-        local due, pr = tonumber(top[2]), tonumber(string.sub(member, 17, 18))
+        local due, pr = tonumber(top[2]), string.sub(member, 17, 18)
         local add = by_shard[s]
         if not add then
           add = {q = {}, r = {}, n = 0, min = math.huge}
           by_shard[s] = add
         end
         add.n = add.n + 1
-        local score = due + pr / 100
+        local score = due + tonumber(pr) / 100
         if score < add.min then add.min = score end
         if st and due <= NOW then
-          add.r[#add.r + 1] = ready_score(due, pr)
+          add.r[#add.r + 1] = ready_score(due, tonumber(pr))
           add.r[#add.r + 1] = id
         else
+          -- the score as text: the due ms as Redis wrote it, then the priority digits (the
+          -- same double as due + pr / 100, without formatting a double; not for "1e+16")
+          if string.find(top[2], '^%d+$') then score = top[2] .. '.' .. pr end
           add.q[#add.q + 1] = score
           add.q[#add.q + 1] = id
         end
