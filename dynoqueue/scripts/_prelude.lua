@@ -355,9 +355,9 @@ local function promote_groups(k, groups, shards)
           add.r[#add.r + 1] = ready_score(due, tonumber(pr))
           add.r[#add.r + 1] = id
         else
-          -- the score as text: the due ms as Redis wrote it, then the priority digits (the
-          -- same double as due + pr / 100, without formatting a double; not for "1e+16")
-          if string.find(top[2], '^%d+$') then score = top[2] .. '.' .. pr end
+          -- the score as text: the due ms as Redis wrote it (digits only below 1e15), then the
+          -- priority digits: the same double as due + pr / 100, without formatting a double
+          if due < 1e15 then score = top[2] .. '.' .. pr end
           add.q[#add.q + 1] = score
           add.q[#add.q + 1] = id
         end
