@@ -299,15 +299,19 @@ end
 
 -- The key of group g's line: the base, '.', and g with every byte but 0-9 A-Z a-z _ : - written
 -- %XX (as QueueKeys.group_line): no dot or brace, so the queue's hash tag stays the first.
-local LINES = {}
 local function escape_byte(c) return string.format('%%%02X', string.byte(c)) end
-local function group_line(k, group)
-  local key = LINES[group]
+local function line_key(k, g)
+  if string.find(g, '[^0-9A-Za-z_:%-]') then g = string.gsub(g, '[^0-9A-Za-z_:%-]', escape_byte) end
+  return k.gline .. '.' .. g
+end
+
+-- The same, remembered for the script call (a push of many messages of one group).
+local LINES = {}
+local function group_line(k, g)
+  local key = LINES[g]
   if not key then
-    local g = group
-    if string.find(g, '[^0-9A-Za-z_:%-]') then g = string.gsub(g, '[^0-9A-Za-z_:%-]', escape_byte) end
-    key = k.gline .. '.' .. g
-    LINES[group] = key
+    key = line_key(k, g)
+    LINES[g] = key
   end
   return key
 end
@@ -324,7 +328,8 @@ local function count_waiting(k, s, delta)
   end
 end
 
--- The current messages of groups[i] (in shard shards[i]) left: for each, the first one in its
+-- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a
+-- number) left: for each, the first one in its
 -- line, if any, becomes current and waits, due at its own due time; a group with no line left
 -- has no current message. One HSET / HDEL of the heads, one ZADD per shard and zset, one count
 -- per shard for all of them. (One whose message a Java client removed is dead-lettered as
@@ -332,11 +337,12 @@ end
 local function promote_groups(k, groups, shards)
   local heads, gone, by_shard, seen = {}, {}, {}, {}
   local st = strict(k)
+  local one = type(shards) == 'number' and shards
   for i = 1, #groups do
-    local g, s = groups[i], shards[i]
+    local g, s = groups[i], one or shards[i]
     if not seen[g] then  -- one ack leaves a group once; a second pop would lose a message
       seen[g] = true
-      local top = redis.call('ZPOPMIN', group_line(k, g))
+      local top = redis.call('ZPOPMIN', line_key(k, g))  -- each group once: no cache
       local member = top[1]
       if member then
         local id = string.sub(member, 19)

@@ -34,18 +34,17 @@ local function ack_found(s, found)
   else
     if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
       local raws = redis.call('HMGET', k.groupof, unpack(found))
-      local grouped, groups, shards = {}, {}, {}
+      local grouped, groups = {}, {}
       for i, id in ipairs(found) do
         local raw = raws[i]
         if raw then
           grouped[#grouped + 1] = id
           groups[#groups + 1] = string.sub(raw, 38)
-          shards[#shards + 1] = s  -- leased in s, so its group lives in s
         end
       end
       if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
         redis.call('HDEL', k.groupof, unpack(grouped))
-        promote_groups(k, groups, shards)
+        promote_groups(k, groups, s)  -- leased in s, so their groups live in s
       end
     end
     redis.call('HDEL', k.msg, unpack(found))
