@@ -513,3 +513,35 @@ def test_clear_deletes_every_group_line(make, raw) -> None:
     assert q.size() == 0
     q.push(grouped("{x}", "again", "and"))  # the queue works as new
     assert ids(q.pop(5)) == ["again"] and q.group_info("{x}")["waiting"] == 1
+
+
+def test_line_counts_stay_exact_through_every_change(make, clock, raw) -> None:
+    """size() counts the messages in lines from P.GWAIT.Q: it must match the lines themselves
+    after batched pushes, re-pushes, removes, reschedules, acks with retention and redrives."""
+    q = make(QueuePolicy(max_deliveries=1, retention_ms=60_000))
+    groups = ("g", "{x}", "a.b")
+
+    def check() -> None:
+        lines = sum(raw.zcard(q.keys.group_line(g)) for g in groups)
+        current = sum(1 for g in groups if q.group_info(g)["leased"] is None
+                      and q.group_info(g)["next_due_ms"] is not None)
+        assert q.shard_sizes()["a"]["size"] == lines + current
+
+    q.push([Message(f"{g}{n}", group=g) for n in range(6) for g in groups])
+    check()
+    q.push([Message("g2", "again", group="g"), Message("{x}3", "moved", group="a.b")])
+    q.remove("a.b4")
+    assert q.set_timeout("g4", 100)
+    check()
+    q.ack_many(q.pop(10))
+    check()
+    for m in q.pop(10):
+        q.nack(m.id)  # dead letters (max deliveries 1)
+    check()
+    q.redrive()
+    clock.advance(100)
+    check()
+    while q.size():
+        q.ack_many(q.pop(10))
+        check()
+    assert raw.exists(q.keys.group_waiting) == 0

@@ -321,11 +321,25 @@ local function line_member(rec, id)
   return rec.seq .. string.format('%02d', rec.pr) .. id
 end
 
--- Shard s's line members changed by delta: keep its count in K.gwait (no field at 0).
-local function count_waiting(k, s, delta)
+-- Shard s's line members changed by delta: keep its count in K.gwait (no field at 0). A script
+-- that changes many (push) sets WAITING = {} first and calls flush_waiting(k) at its end: one
+-- HINCRBY per shard and call instead of one per message.
+local WAITING = nil
+local function add_waiting(k, s, delta)
   if delta ~= 0 and redis.call('HINCRBY', k.gwait, s, delta) <= 0 then
     redis.call('HDEL', k.gwait, s)
   end
+end
+
+local function count_waiting(k, s, delta)
+  if WAITING then WAITING[s] = (WAITING[s] or 0) + delta
+  else add_waiting(k, s, delta) end
+end
+
+local function flush_waiting(k)
+  if not WAITING then return end
+  for s, delta in pairs(WAITING) do add_waiting(k, s, delta) end
+  WAITING = nil
 end
 
 -- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a

@@ -11,6 +11,7 @@ local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)
 local acked = 0
+WAITING = {}  -- line counts: one HINCRBY per shard (flush_waiting below)
 local plain, seen = {}, {}
 local tagged, receipts = {}, {}
 for i = 2, #ARGV, 2 do
@@ -97,4 +98,5 @@ for s = 1, k.n do
 end
 -- The records hash goes with its last record (the pad alone is no record: see LIFE_PAD).
 if acked > 0 and redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
+flush_waiting(k)
 return acked
