@@ -6,7 +6,9 @@
 -- delivered again since the receipt was issued is not acked either.
 -- With a retention the acked message stays queryable (state ACKED) until the sweep drops it.
 -- Ids are looked up, checked and deleted with one variadic command per key (ZMSCORE, HMGET,
--- ZREM, HDEL), not one per message; those with a receipt go first, then those without.
+-- ZREM, HDEL), not one per message; those with a receipt go first, then those without. A
+-- grouped one moves its group on: one ZPOPMIN of the group's line each, then one HSET of the
+-- new current messages and one ZADD per shard for all of them (promote_groups).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)
