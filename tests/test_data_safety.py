@@ -124,7 +124,7 @@ def test_java_v1_names_of_ordinary_queues_are_unchanged() -> None:
             QueueKeys(prefix, queue, (shard,))
 
 
-_WORD = st.sampled_from(["a", "x", "", "QUEUE", "UNACK", "MESSAGE", "LIFE", "GQ", "SPARK",
+_WORD = st.sampled_from(["a", "x", "", "QUEUE", "UNACK", "MESSAGE", "LIFE", "GLINE", "SPARK",
                          "YOUZAN", "INDEX", "PENDING", "BATCH", "1"])
 #: Names of one to four components: dotted names are where collisions hide.
 _NAME = st.lists(_WORD, min_size=1, max_size=4).map(".".join).filter(bool)
@@ -135,9 +135,12 @@ def _owned_keys(prefix: str, queue: str, shard: str, tag: bool) -> dict[str, tup
     queue for keys all its shards share, the triple for a shard's own keys."""
     keys = QueueKeys(prefix, queue, (shard,), tag)
     per_shard = {keys.queue_shard(shard), keys.unack_shard(shard), keys.ready_shard(shard),
-                 keys.group_queue_shard(shard), keys.doorbell(shard)}
+                 keys.doorbell(shard)}
     out: dict[str, tuple[Any, ...]] = {k: (prefix, queue, tag) for k in keys.every_key()}
     out.update({k: (prefix, queue, tag, shard) for k in per_shard})
+    # The shard's name doubles as a group name, also dressed up as names a shard cannot have.
+    for group in (shard, f"{shard}.{shard}", f"{{{shard}}}", f"%{shard}", f"{shard} é"):
+        out[keys.group_line(group)] = (prefix, queue, tag, "group", group)
     stream = StreamKeys(prefix, queue, shard)  # the shard's name doubles as a consumer name
     out.update({k: (prefix, queue, "spark", shard)
                 for k in (stream.pending, stream.last, stream.batch(1), stream.batch(12))})
@@ -183,7 +186,7 @@ def test_distinct_accepted_triples_never_share_a_key(
 
 def test_every_key_word_is_reserved() -> None:
     keys = QueueKeys("p", "q", ("s",))
-    words = {k.split(".")[1] for k in keys.every_key()}
+    words = {k.split(".")[1] for k in [*keys.every_key(), keys.group_line("g")]}
     words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1]}
     assert words == KEY_WORDS
 
@@ -427,3 +430,17 @@ def test_a_cluster_whose_nodes_evict_is_refused(deployment_pool: Any, bridge: Br
         for server in servers:
             with server.client() as node:
                 node.config_set("maxmemory-policy", "noeviction")
+
+
+def test_group_line_names_are_one_to_one_and_keep_the_hash_tag_first() -> None:
+    keys = QueueKeys("p", "q", ("s",), hash_tag=True)
+    groups = ["A", "%41", "%2541", "a.b", "a%2Eb", "{q}", "}", "{", "x y", "\x00", "é", "%C3%A9",
+              "a:b-c_d", "QUEUE", ".", ""]
+    lines = [keys.group_line(g) for g in groups]
+    assert len(set(lines)) == len(groups)
+    for line in lines:
+        head, enc = line.rsplit(".", 1)
+        assert head == "p.GLINE.{q}" and "{" not in enc and "}" not in enc
+        assert enc.isascii() and " " not in enc
+    assert keys.group_line("a:b-c_d") == "p.GLINE.{q}.a:b-c_d"
+    assert keys.group_line("é.{") == "p.GLINE.{q}.%C3%A9%2E%7B"

@@ -381,7 +381,7 @@ def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make,
     assert ids(q.pop(5) or q.pop(5)) == ["j4"]  # the claim drops j3, then j4 is current
     q.ack("j4")
     q.process_unacks()
-    for key in (q.keys.group_of, q.keys.group_head, q.keys.group_queue_shard("a"),
+    for key in (q.keys.group_of, q.keys.group_head, q.keys.group_line("g"), q.keys.group_waiting,
                 q.keys.life):
         assert raw.exists(key) == 0
 
@@ -445,3 +445,103 @@ def test_8_consumers_in_3_zones_never_hold_two_messages_of_one_group(make_queues
     assert violations == []
     assert acked == {g: [f"{g}/{i}" for i in range(10)] for g in groups}
     assert zones["b"].size() == 0 and zones["c"].group_info("group-0")["waiting"] == 0
+
+
+#: Group names whose lines' key names need care: braces (Cluster hash tags), dots (the key
+#: separator), colons, "%" (the escape itself: "%41" and "A" must not share a line), spaces and
+#: control characters, non-ASCII text.
+ODD_GROUPS = ("g", "{x}", "{x", "x}", "a.b", "a:b", "%41", "A", "a b\n\x00", "grüppe:7", "組")
+
+
+def _group_keys(q: Any, groups: tuple[str, ...]) -> list[str]:
+    return [q.keys.group_of, q.keys.group_head, q.keys.group_waiting,
+            *(q.keys.group_line(g) for g in groups)]
+
+
+def test_each_group_has_its_own_line_and_no_key_outlives_its_messages(make, raw) -> None:
+    q = make()
+    for n in range(3):
+        q.push([Message(f"{i}-{n}", group=g) for i, g in enumerate(ODD_GROUPS)])
+    lines = {q.keys.group_line(g) for g in ODD_GROUPS}
+    assert len(lines) == len(ODD_GROUPS)
+    assert all("{" not in key.split("}", 1)[-1] for key in lines)  # the queue's tag comes first
+    for g in ODD_GROUPS:  # the scripts' key names are the ones QueueKeys.group_line() gives
+        assert raw.zcard(q.keys.group_line(g)) == 2, g
+        assert q.group_info(g)["waiting"] == 3, g
+    assert q.shard_sizes() == {"a": {"size": 3 * len(ODD_GROUPS), "uacked": 0}}
+    delivered: dict[str, list[str]] = {}
+    while q.size():
+        got = q.pop(100)
+        for m in got:
+            delivered.setdefault(m.id.split("-")[0], []).append(m.id)
+        q.ack_many(got)
+    assert all(order == [f"{i}-0", f"{i}-1", f"{i}-2"] for i, order in delivered.items())
+    assert len(delivered) == len(ODD_GROUPS)
+    for key in _group_keys(q, ODD_GROUPS):
+        assert raw.exists(key) == 0, key
+
+
+def test_lines_go_when_their_messages_leave_by_any_way(make, clock, raw) -> None:
+    q = make(QueuePolicy(max_deliveries=1))
+    q.push(grouped("{x}", "a", "b", "c", "d") + grouped("a.b", "e", "f"))
+    q.remove("b")  # waiting in line
+    q.remove("e")  # current: "f" moves up
+    assert raw.zcard(q.keys.group_line("{x}")) == 2 and raw.exists(q.keys.group_line("a.b")) == 0
+    assert q.shard_sizes()["a"]["size"] == 4
+    assert q.set_timeout("d", 500)  # still in line, at its new due time
+    assert sorted(ids(q.pop(5))) == ["a", "f"]
+    assert q.nack("a")  # dead at max deliveries 1: "c" moves up
+    expire_leases(q, clock)  # "f"'s lease runs out: dead too
+    assert ids(q.pop(5)) == ["c"]
+    assert q.ack("c")
+    assert ids(q.pop(5)) == ["d"]  # due: its 500 ms passed with the lease expiry
+    q.ack("d")
+    for key in _group_keys(q, ("{x}", "a.b")):
+        assert raw.exists(key) == 0, key
+    assert q.size() == 0 and len(q.dead_letters()) == 2
+
+
+def test_clear_deletes_every_group_line(make, raw) -> None:
+    q = make()
+    q.push([Message(f"{i}-{n}", group=g) for n in range(3) for i, g in enumerate(ODD_GROUPS)])
+    q.pop(2)
+    keys = [*q.keys.every_key(), *(q.keys.group_line(g) for g in ODD_GROUPS)]
+    assert raw.exists(q.keys.group_line("{x}")) == 1
+    q.clear()
+    for key in keys:
+        assert raw.exists(key) == 0, key
+    assert q.size() == 0
+    q.push(grouped("{x}", "again", "and"))  # the queue works as new
+    assert ids(q.pop(5)) == ["again"] and q.group_info("{x}")["waiting"] == 1
+
+
+def test_line_counts_stay_exact_through_every_change(make, clock, raw) -> None:
+    """size() counts the messages in lines from P.GWAIT.Q: it must match the lines themselves
+    after batched pushes, re-pushes, removes, reschedules, acks with retention and redrives."""
+    q = make(QueuePolicy(max_deliveries=1, retention_ms=60_000))
+    groups = ("g", "{x}", "a.b")
+
+    def check() -> None:
+        lines = sum(raw.zcard(q.keys.group_line(g)) for g in groups)
+        current = sum(1 for g in groups if q.group_info(g)["leased"] is None
+                      and q.group_info(g)["next_due_ms"] is not None)
+        assert q.shard_sizes()["a"]["size"] == lines + current
+
+    q.push([Message(f"{g}{n}", group=g) for n in range(6) for g in groups])
+    check()
+    q.push([Message("g2", "again", group="g"), Message("{x}3", "moved", group="a.b")])
+    q.remove("a.b4")
+    assert q.set_timeout("g4", 100)
+    check()
+    q.ack_many(q.pop(10))
+    check()
+    for m in q.pop(10):
+        q.nack(m.id)  # dead letters (max deliveries 1)
+    check()
+    q.redrive()
+    clock.advance(100)
+    check()
+    while q.size():
+        q.ack_many(q.pop(10))
+        check()
+    assert raw.exists(q.keys.group_waiting) == 0

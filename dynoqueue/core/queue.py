@@ -90,7 +90,7 @@ MATCH_PAGE_BYTES = 1 << 20
 #: Searches of pop_msg_with_predicate whose match another consumer took first, before None.
 _MATCH_CLAIM_ATTEMPTS = 5
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
-_FIXED_LIFE_KEYS = 13
+_FIXED_LIFE_KEYS = 15
 #: How many of a shard's earliest ids find_stale_messages checks.
 STALE_CHECK_LIMIT = 1000
 #: Waiting pops re-check this often while the doorbell subscription is down.
@@ -747,7 +747,7 @@ class QueueCore:
         self._check_attached()
         local = self.local_shard
         keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
-                self.keys.group_of, self.keys.group_queue_shard(local)]
+                self.keys.group_of, self.keys.group_line_base]
         operation, cursor = "get_msg_with_predicate", 0
         while True:
             reply = yield from self._guard(operation, keys[0], self._command(
@@ -772,7 +772,7 @@ class QueueCore:
 
     def shard_sizes(self) -> Op[dict[str, dict[str, int]]]:
         self._check_attached()
-        keys = self._life_keys[_FIXED_LIFE_KEYS:]
+        keys = [*self._life_keys[_FIXED_LIFE_KEYS:], self.keys.group_waiting]
         counts = yield from self._guard("shard_sizes", keys[0], self._read_script(
             "sizes", keys, []))
         return {shard: {"size": int(counts[2 * i]), "uacked": int(counts[2 * i + 1])}
@@ -834,8 +834,9 @@ class QueueCore:
 
     def clear(self) -> Op[None]:
         self._check_open()
-        keys = self.keys.every_key()
-        yield from self._guard("clear", keys[0], self._command(QUORUM, "DEL", *keys))
+        keys = [self.keys.group_head, self.keys.group_line_base, *self.keys.every_key()]
+        yield from self._guard("clear", keys[0], self._script(QUORUM, "clear", keys, [],
+                                                               idempotent=True))
         if self.zones is not None:
             yield from self._guard("clear", keys[0], self.zones.forget(self.name))
         # The stored policy went too: store this process's again at its next call.

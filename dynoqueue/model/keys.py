@@ -7,9 +7,12 @@ For a queue ``Q`` under prefix ``P`` with shard ``S`` (the dyno-queues v1 layout
 * ``P.UNACK.Q.S``  zset: popped, unacknowledged ids, score = lease expiry in epoch ms
 
 Beside them, with the same hash tag, the lifecycle keys (see :meth:`QueueKeys.lifecycle_keys`)
-and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GQ.Q.S``, ``P.GROUPOF.Q``,
-``P.GHEAD.Q``, ``P.GSEQ.Q``, ``P.GSWEEP.Q`` (ordered message groups). Per prefix, not per
-queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue serve``'s Youzan protocol).
+and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GROUPOF.Q``, ``P.GHEAD.Q``,
+``P.GSEQ.Q``, ``P.GSWEEP.Q``, ``P.GWAIT.Q`` and one ``P.GLINE.Q.G`` per ordered message group
+``G`` with messages waiting behind its current one (:meth:`QueueKeys.group_line`: ``G`` is the
+group name with every byte but ``0-9 A-Z a-z _ : -`` written ``%XX``, so it has no dot or
+brace). Per prefix, not per queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue
+serve``'s Youzan protocol).
 
 With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
 every key of one queue hashes to one slot and each Lua script stays single-slot.
@@ -26,10 +29,10 @@ components is a key word (:func:`check_queue_name`); a prefix may have any (Cond
 with ``P1`` longer, so ``P1 == P2.Y`` where ``Y`` is the first components of ``R2``; the
 component after ``Y`` starts ``R1``, so it is a key word. But after ``R2``'s key word come the
 queue name's components (no key words), a ``{Q}`` (a brace, not a key word), and last the
-dot-free shard or suffix, which would leave ``R1`` one component while every ``R`` has at least
-two. With equal prefixes, ``R1 == R2``: the key word is the same, the sharded and unsharded key
-words differ, the shard is the last component and the queue name (or ``{Q}``, up to its brace)
-the rest.
+dot-free shard, encoded group or suffix, which would leave ``R1`` one component while every ``R``
+has at least two. With equal prefixes, ``R1 == R2``: the key word is the same, the sharded (and
+per-group) and unsharded key words differ, the shard (or encoded group: the encoding is
+one-to-one) is the last component and the queue name (or ``{Q}``, up to its brace) the rest.
 """
 
 from __future__ import annotations
@@ -47,7 +50,11 @@ SEPARATOR = "."
 #: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): no queue name has one between dots.
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
-    "EXPIRY", "SWEEP", "READY", "GQ", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "SPARK", "YOUZAN"})
+    "EXPIRY", "SWEEP", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
+    "SPARK", "YOUZAN"})
+#: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
+#: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in _prelude.lua does.
+_LINE_SAFE = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_:-")
 
 
 def check_name(kind: str, value: object) -> str:
@@ -235,12 +242,32 @@ class QueueKeys:
         urgent due message. Never used by queues without strict priority."""
         return f"{self.prefix}.READY.{self._tagged}.{shard}"
 
-    def group_queue_shard(self, shard: str) -> str:
-        """``P.GQ.Q.S``: zset (all scores 0, ordered by member bytes) of the grouped messages of
-        a shard that wait behind their group's current message. Member: the group's length,
-        ``:``, the group, the due ms (16 digits), the push sequence (16 digits), the priority
-        (2 digits), the id."""
-        return f"{self.prefix}.GQ.{self._tagged}.{shard}"
+    @property
+    def group_line_base(self) -> str:
+        """``P.GLINE.Q``: what every group line's key name starts with (scripts take it and add
+        the encoded group); never a key itself."""
+        return self._extra("GLINE")
+
+    def group_line(self, group: str) -> str:
+        """``P.GLINE.Q.G``: zset of the messages of ordered group ``group`` that wait behind
+        its current one (all in the group's shard), scored by due ms (0..10**16 - 1); member:
+        the push sequence (16 digits), the priority (2 digits), the id. So the lowest entry is
+        the next one, the earliest due, then the first pushed. There is no such key while
+        nothing waits behind the group's current message.
+
+        ``G`` is ``group``'s UTF-8 bytes with every byte but ``0-9 A-Z a-z _ : -`` written
+        ``%XX`` (upper-case hex): one-to-one, and never a dot or brace, so the key keeps the
+        queue's hash tag first (Cluster: the slot of the queue's other keys) and the key
+        names of different queues stay apart (see the module docstring)."""
+        enc = "".join(chr(b) if b in _LINE_SAFE else f"%{b:02X}" for b in group.encode())
+        return f"{self.group_line_base}.{enc}"
+
+    @property
+    def group_waiting(self) -> str:
+        """``P.GWAIT.Q``: hash shard index (1-based, as text) -> how many grouped messages of
+        that shard wait in group lines (behind their group's current message), for sizes; a
+        field goes when its count drops to 0."""
+        return self._extra("GWAIT")
 
     @property
     def group_of(self) -> str:
@@ -267,20 +294,26 @@ class QueueKeys:
     def lifecycle_keys(self) -> list[str]:
         """What every lifecycle script takes, in this order: message hash, life, policy, dead,
         dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
-        group sweep cursor, then every queue shard, every unack shard, every ready shard, every
-        group queue shard (the prelude's ``lifecycle_keys()`` names them)."""
+        group sweep cursor, group line base (a name, not a key), group waiting counts, then
+        every queue shard, every unack shard, every ready shard (the prelude's
+        ``lifecycle_keys()`` names them). The group lines are not among them: scripts name
+        them from the base (same hash tag, so same Cluster slot)."""
         return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
                 self.ended, self.ended_at, self.expiry, self.sweep_cursor,
                 self.group_of, self.group_head, self.group_seq, self.group_sweep_cursor,
+                self.group_line_base, self.group_waiting,
                 *self.all_queue_shards, *self.all_unack_shards,
-                *(self.ready_shard(s) for s in self.shards),
-                *(self.group_queue_shard(s) for s in self.shards)]
+                *(self.ready_shard(s) for s in self.shards)]
 
     def every_key(self) -> list[str]:
-        """Every key a queue may have (what ``clear()`` deletes): the v1 keys, then the
-        lifecycle and ordering keys."""
+        """Every fixed key a queue may have: the v1 keys, then the lifecycle and ordering keys.
+        Not the group lines
+        (:meth:`group_line`), which depend on the groups: ``clear()`` deletes the line of
+        every group in ``P.GHEAD.Q`` too (a group with a line always has a current
+        message)."""
         v1 = self.all_keys()
-        return [*v1, *(k for k in self.lifecycle_keys() if k not in v1)]
+        return [*v1, *(k for k in self.lifecycle_keys()
+                       if k not in v1 and k != self.group_line_base)]
 
 
 def youzan_index(prefix: str) -> str:

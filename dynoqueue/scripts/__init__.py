@@ -33,6 +33,7 @@ WRITE_SCRIPTS = (
     "bury",
     "postpone",
     "heartbeat",
+    "clear",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",

@@ -75,16 +75,17 @@ end
 -- ---------------------------------------------------------------------------------- lifecycle
 -- Scripts that take QueueKeys.lifecycle_keys(): message hash, life, policy, dead, dead info,
 -- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep
--- cursor, then n queue zsets, n unack zsets, n ready zsets and n group queue zsets.
+-- cursor, group line base (a name: group_line() adds the group), group waiting counts, then
+-- n queue zsets, n unack zsets and n ready zsets.
 local function lifecycle_keys()
-  local n = (#KEYS - 13) / 4
+  local n = (#KEYS - 15) / 3
   local k = {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
              ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
-             groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13], n = n}
-  function k.queue(s) return KEYS[13 + s] end
-  function k.unack(s) return KEYS[13 + n + s] end
-  function k.ready(s) return KEYS[13 + 2 * n + s] end
-  function k.gq(s) return KEYS[13 + 3 * n + s] end
+             groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13],
+             gline = KEYS[14], gwait = KEYS[15], n = n}
+  function k.queue(s) return KEYS[15 + s] end
+  function k.unack(s) return KEYS[15 + n + s] end
+  function k.ready(s) return KEYS[15 + 2 * n + s] end
   return k
 end
 
@@ -278,9 +279,10 @@ end
 -- ---------------------------------------------------------------------- ordered groups
 -- All messages of a group live in one shard s. Only the group's current message (K.ghead)
 -- is in a queue, ready or unack zset of s: waiting, or leased (then the group is locked). The
--- others wait in K.gq(s), ordered by member bytes: the group's length and the group (a prefix
--- only that group's members have), then their due ms and push sequence (16 digits each), their
--- priority (2 digits), then the id. K.groupof has each grouped id's due ms, sequence, shard,
+-- others wait in the group's own line (group_line: a small zset, scored by due ms; member: the
+-- push sequence (16 digits), the priority (2 digits), the id), so the next one is the line's
+-- lowest entry and moving a group on is one ZPOPMIN of a small key. K.gwait counts each
+-- shard's line members (for sizes). K.groupof has each grouped id's due ms, sequence, shard,
 -- priority and group.
 
 -- Whether the queue has grouped messages at all: checked once per script call, so queues
@@ -291,45 +293,121 @@ local function has_groups(k)
   return HAS_GROUPS
 end
 
--- id's group record {key = due .. sequence (32 digits, its place in the group), due, seq, s,
--- pr, g}, or nil when it has no group.
+-- id's group record {key = due .. sequence (32 digits, its place in the group), due, seq (its
+-- 16 digits), s, pr, g}, or nil when it has no group.
 local function group_rec(k, id)
   local raw = redis.call('HGET', k.groupof, id)
   if not raw then return nil end
   return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
-          seq = tonumber(string.sub(raw, 17, 32)), s = tonumber(string.sub(raw, 33, 35)),
+          seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
           pr = tonumber(string.sub(raw, 36, 37)), g = string.sub(raw, 38)}
 end
 
-local function group_prefix(g)
-  return #g .. ':' .. g
+-- The key of group g's line: the base, '.', and g with every byte but 0-9 A-Z a-z _ : - written
+-- %XX (as QueueKeys.group_line): no dot or brace, so the queue's hash tag stays the first.
+local function escape_byte(c) return string.format('%%%02X', string.byte(c)) end
+local function line_key(k, g)
+  if string.find(g, '[^0-9A-Za-z_:%-]') then g = string.gsub(g, '[^0-9A-Za-z_:%-]', escape_byte) end
+  return k.gline .. '.' .. g
 end
 
-local function pending_member(rec, id)
-  return group_prefix(rec.g) .. rec.key .. string.format('%02d', rec.pr) .. id
-end
-
--- The first (lowest) pending member of the group with that prefix in shard s, or nil.
-local function first_pending(k, prefix, s)
-  return redis.call('ZRANGEBYLEX', k.gq(s), '[' .. prefix, '(' .. prefix .. ':', 'LIMIT', 0, 1)[1]
-end
-
--- The current message of group g (in shard s) left: the first one in line, if any, becomes
--- current and waits, due at its own due time. (One whose message a Java client removed is
--- dead-lettered as 'payload-missing' when a claim finds no payload, which moves the group on.)
-local function promote_next(k, g, s)
-  local prefix = group_prefix(g)
-  local member = first_pending(k, prefix, s)
-  if not member then
-    redis.call('HDEL', k.ghead, g)
-    return
+-- The same, remembered for the script call (a push of many messages of one group).
+local LINES = {}
+local function group_line(k, g)
+  local key = LINES[g]
+  if not key then
+    key = line_key(k, g)
+    LINES[g] = key
   end
-  redis.call('ZREM', k.gq(s), member)
-  local at = #prefix
-  local id = string.sub(member, at + 35)
-  redis.call('HSET', k.ghead, g, id)
-  wait_in(k, s, id, tonumber(string.sub(member, at + 1, at + 16)),
-          tonumber(string.sub(member, at + 33, at + 34)))
+  return key
+end
+
+-- The line member of id (its record rec: seq, pr).
+local function line_member(rec, id)
+  return rec.seq .. string.format('%02d', rec.pr) .. id
+end
+
+-- Shard s's line members changed by delta: keep its count in K.gwait (no field at 0). A script
+-- that changes many (push) sets WAITING = {} first and calls flush_waiting(k) at its end: one
+-- HINCRBY per shard and call instead of one per message.
+local WAITING = nil
+local function add_waiting(k, s, delta)
+  if delta ~= 0 and redis.call('HINCRBY', k.gwait, s, delta) <= 0 then
+    redis.call('HDEL', k.gwait, s)
+  end
+end
+
+local function count_waiting(k, s, delta)
+  if WAITING then WAITING[s] = (WAITING[s] or 0) + delta
+  else add_waiting(k, s, delta) end
+end
+
+local function flush_waiting(k)
+  if not WAITING then return end
+  for s, delta in pairs(WAITING) do add_waiting(k, s, delta) end
+  WAITING = nil
+end
+
+-- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a
+-- number) left: for each, the first one in its
+-- line, if any, becomes current and waits, due at its own due time; a group with no line left
+-- has no current message. One HSET / HDEL of the heads, one ZADD per shard and zset, one count
+-- per shard for all of them. (One whose message a Java client removed is dead-lettered as
+-- 'payload-missing' when a claim finds no payload, which moves the group on.)
+local function promote_groups(k, groups, shards)
+  local heads, gone, by_shard, seen = {}, {}, {}, {}
+  local st = strict(k)
+  local one = type(shards) == 'number' and shards
+  for i = 1, #groups do
+    local g, s = groups[i], one or shards[i]
+    if not seen[g] then  -- one ack leaves a group once; a second pop would lose a message
+      seen[g] = true
+      local top = redis.call('ZPOPMIN', line_key(k, g))  -- each group once: no cache
+      local member = top[1]
+      if member then
+        local id = string.sub(member, 19)
+        heads[#heads + 1] = g
+        heads[#heads + 1] = id
+        local due, pr = tonumber(top[2]), string.sub(member, 17, 18)
+        local add = by_shard[s]
+        if not add then
+          add = {q = {}, r = {}, n = 0, min = math.huge}
+          by_shard[s] = add
+        end
+        add.n = add.n + 1
+        local score = due + tonumber(pr) / 100
+        if score < add.min then add.min = score end
+        if st and due <= NOW then
+          add.r[#add.r + 1] = ready_score(due, tonumber(pr))
+          add.r[#add.r + 1] = id
+        else
+          -- the score as text: the due ms as Redis wrote it (digits only below 1e15), then the
+          -- priority digits: the same double as due + pr / 100, without formatting a double
+          if due < 1e15 then score = top[2] .. '.' .. pr end
+          add.q[#add.q + 1] = score
+          add.q[#add.q + 1] = id
+        end
+      else
+        gone[#gone + 1] = g
+      end
+    end
+  end
+  if #heads > 0 then redis.call('HSET', k.ghead, unpack(heads)) end
+  if #gone > 0 then redis.call('HDEL', k.ghead, unpack(gone)) end
+  for s, add in pairs(by_shard) do
+    local first = first_waiting(k, s)  -- as wait_in: before the new ones are in
+    if #add.q > 0 then redis.call('ZADD', k.queue(s), unpack(add.q)) end
+    if #add.r > 0 then redis.call('ZADD', k.ready(s), unpack(add.r)) end
+    count_waiting(k, s, -add.n)
+    if add.min < first and not RUNG[s] then
+      RUNG[s] = true
+      ring(k.queue(s))
+    end
+  end
+end
+
+local function promote_next(k, g, s)
+  promote_groups(k, {g}, {s})
 end
 
 -- id leaves its group (it ended, or is re-pushed or rescheduled): if it was the current one
@@ -343,15 +421,16 @@ local function group_leave(k, id, current)
   if current or redis.call('HGET', k.ghead, g) == id then
     promote_next(k, g, s)
   else
-    redis.call('ZREM', k.gq(s), group_prefix(g) .. string.sub(raw, 1, 32)
-                                .. string.sub(raw, 36, 37) .. id)
+    local member = string.sub(raw, 17, 32) .. string.sub(raw, 36, 37) .. id
+    count_waiting(k, s, -redis.call('ZREM', group_line(k, g), member))
   end
 end
 
 -- id (its JSON stored, in no zset) joins group g, due at due with priority pr and push
 -- sequence seq. It goes to the group's shard (s, the client's crc32 pick, only for a group
 -- with no messages). It becomes current if the group has none, or if it is due before a
--- current one that waits and was never delivered; else it waits behind. Returns its shard.
+-- current one that waits and was never delivered; else it waits behind, in the group's line.
+-- Returns its shard.
 local function group_insert(k, id, g, s, due, pr, seq)
   HAS_GROUPS = true
   local head = redis.call('HGET', k.ghead, g)
@@ -363,8 +442,9 @@ local function group_insert(k, id, g, s, due, pr, seq)
     cur = head and group_rec(k, head)
   end
   if cur then s = cur.s end
-  local mine = {key = string.format('%016.0f%016.0f', math.min(math.max(due, 0), 9999999999999999),
-                                    seq), g = g, pr = pr}
+  due = math.min(math.max(due, 0), 9999999999999999)
+  local mine = {key = string.format('%016.0f%016.0f', due, seq), g = g, pr = pr}
+  mine.seq = string.sub(mine.key, 17, 32)
   redis.call('HSET', k.groupof, id, mine.key .. string.format('%03d%02d', s, pr) .. g)
   if not cur then
     redis.call('HSET', k.ghead, g, id)
@@ -372,11 +452,11 @@ local function group_insert(k, id, g, s, due, pr, seq)
   elseif bytes_less(mine.key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
       and (life_of(k, head).d or 0) == 0 then
     unwait(k, head, s)
-    redis.call('ZADD', k.gq(s), 0, pending_member(cur, head))
+    count_waiting(k, s, redis.call('ZADD', group_line(k, g), cur.due, line_member(cur, head)))
     redis.call('HSET', k.ghead, g, id)
     wait_in(k, s, id, due, pr)
   else
-    redis.call('ZADD', k.gq(s), 0, pending_member(mine, id))
+    count_waiting(k, s, redis.call('ZADD', group_line(k, g), due, line_member(mine, id)))
   end
   return s
 end
@@ -385,7 +465,7 @@ end
 -- priority (set_timeout, postpone): it keeps its push sequence and takes its place again.
 local function group_reschedule(k, id, rec, due, pr)
   group_leave(k, id)
-  group_insert(k, id, rec.g, rec.s, due, pr, rec.seq)
+  group_insert(k, id, rec.g, rec.s, due, pr, tonumber(rec.seq))
 end
 
 -- ---------------------------------------------------------------------- where and ending
@@ -401,7 +481,7 @@ local function where(k, id)
   end
   if has_groups(k) then
     local rec = group_rec(k, id)
-    if rec and redis.call('ZSCORE', k.gq(rec.s), pending_member(rec, id)) then
+    if rec and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) then
       return rec.s, 'group'
     end
   end

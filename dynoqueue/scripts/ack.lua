@@ -6,11 +6,14 @@
 -- delivered again since the receipt was issued is not acked either.
 -- With a retention the acked message stays queryable (state ACKED) until the sweep drops it.
 -- Ids are looked up, checked and deleted with one variadic command per key (ZMSCORE, HMGET,
--- ZREM, HDEL), not one per message; those with a receipt go first, then those without.
+-- ZREM, HDEL), not one per message; those with a receipt go first, then those without. A
+-- grouped one moves its group on: one ZPOPMIN of the group's line each, then one HSET of the
+-- new current messages and one ZADD per shard for all of them (promote_groups).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)
 local acked = 0
+WAITING = {}  -- line counts: one HINCRBY per shard (flush_waiting below)
 local plain, seen = {}, {}
 local tagged, receipts = {}, {}
 local np, nt = 0, 0  -- counts kept by hand: t[#t + 1] costs a length lookup per message
@@ -37,16 +40,17 @@ local function ack_found(s, found)
   else
     if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
       local raws = redis.call('HMGET', k.groupof, unpack(found))
-      local grouped = {}
+      local grouped, groups = {}, {}
       for i, id in ipairs(found) do
-        if raws[i] then grouped[#grouped + 1] = id end
+        local raw = raws[i]
+        if raw then
+          grouped[#grouped + 1] = id
+          groups[#groups + 1] = string.sub(raw, 38)
+        end
       end
       if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
         redis.call('HDEL', k.groupof, unpack(grouped))
-        for i = 1, #found do
-          local raw = raws[i]
-          if raw then promote_next(k, string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))) end
-        end
+        promote_groups(k, groups, s)  -- leased in s, so their groups live in s
       end
     end
     redis.call('HDEL', k.msg, unpack(found))
@@ -104,4 +108,5 @@ for s = 1, k.n do
 end
 -- The records hash goes with its last record (the pad alone is no record: see LIFE_PAD).
 if acked > 0 and redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
+flush_waiting(k)
 return acked

@@ -3,18 +3,17 @@
 -- or ready zset, or behind its group's current message. The pattern itself is matched in
 -- Python (see dynoqueue.model.luapattern). Read-only; runs on the non-quorum connection.
 -- KEYS: [1] message hash, [2] the local queue zset, [3] the local ready zset, [4] group of,
---       [5] the local group queue zset
+--       [5] group line base
 -- ARGV: [1] the local shard's index, [2..] ids
 -- Returns: the id, or false when none waits locally.
-local k = {groupof = KEYS[4]}
-function k.gq() return KEYS[5] end
+local k = {groupof = KEYS[4], gline = KEYS[5]}
 local local_shard = tonumber(ARGV[1])
 
 local function waits_locally(id)
   if redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id) then return true end
   local rec = group_rec(k, id)
   return rec ~= nil and rec.s == local_shard
-         and redis.call('ZSCORE', KEYS[5], pending_member(rec, id)) ~= false
+         and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) ~= false
 end
 
 for i = 2, #ARGV do

@@ -12,12 +12,12 @@ local head = redis.call('HGET', k.ghead, g)
 local rec = head and group_rec(k, head)
 if not rec then return {0, '', '', tonumber(ARGV[3])} end
 local s = rec.s
-local prefix = group_prefix(g)
-local waiting = redis.call('ZLEXCOUNT', k.gq(s), '[' .. prefix, '(' .. prefix .. ':')
+local line = group_line(k, g)
+local waiting = redis.call('ZCARD', line)
 if redis.call('ZSCORE', k.unack(s), head) then
-  local member = first_pending(k, prefix, s)
+  local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
   local due = ''
-  if member then due = string.sub(member, #prefix + 1, #prefix + 16) end
+  if first[2] then due = string.format('%.0f', tonumber(first[2])) end
   return {waiting, head, due, s}
 end
 local due = ''

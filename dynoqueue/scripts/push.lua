@@ -26,6 +26,9 @@ else
   has_dead = redis.call('EXISTS', k.dead) == 1
 end
 local out = {now}
+WAITING = {}
+-- Push sequences are taken a block at a time (gaps are harmless: they only order a group).
+local seq, seq_last = 0, -1
 for i = 3, #ARGV, 9 do
   local id, json = ARGV[i], ARGV[i + 1]
   local s = tonumber(ARGV[i + 4])
@@ -55,7 +58,12 @@ for i = 3, #ARGV, 9 do
     local pr = tonumber(ARGV[i + 3])
     redis.call('HSET', k.msg, id, json)
     if group ~= '' then
-      group_insert(k, id, group, s, due, pr, redis.call('INCR', k.gseq))
+      if seq > seq_last then  -- enough for every message left in this call
+        seq_last = redis.call('INCRBY', k.gseq, (#ARGV - i + 1) / 9)
+        seq = seq_last - (#ARGV - i + 1) / 9 + 1
+      end
+      group_insert(k, id, group, s, due, pr, seq)
+      seq = seq + 1
     else
       wait_in(k, s, id, due, pr)
     end
@@ -71,4 +79,5 @@ for i = 3, #ARGV, 9 do
     out[#out + 1] = 1
   end
 end
+flush_waiting(k)
 return out

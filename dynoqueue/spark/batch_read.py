@@ -8,16 +8,17 @@ record and its TTL expiry from ``P.EXPIRY.Q``, all read in one pipelined round t
 chunk of ids.
 
 A waiting message lives in exactly one of its shard's queue zset (``P.QUEUE.Q.S``), ready
-zset (``P.READY.Q.S``: due, strict priority) or group line (``P.GQ.Q.S``: behind its ordered
-group's current message); a leased one in the unack zset. The read covers all four, so every
-message shows exactly once.
+zset (``P.READY.Q.S``: due, strict priority) or its ordered group's line (``P.GLINE.Q.G``:
+behind the group's current message; the group's shard is its current message's); a leased one
+in the unack zset. The read covers all of them (the lines of every group in ``P.GHEAD.Q``), so
+every message shows exactly once.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .. import MessageState, QueuePolicy
 from ..errors import InvalidMessageError
+from ..model.keys import QueueKeys
 from ..model.message import Message, as_text
 from ..model.states import decode_record
 from .options import SourceOptions, connected
@@ -33,16 +35,17 @@ from .rows import UNACKED, WAITING, timestamp
 
 log = logging.getLogger("dynoqueue.spark")
 
-#: Ids per pipelined lookup of their JSON, lifecycle record and expiry (one round trip).
+#: Ids per pipelined lookup of their JSON, lifecycle record and expiry (one round trip); also
+#: groups per pipelined lookup of their shard and line length when planning.
 LOOKUP_CHUNK = 1000
 
 _LEASED = MessageState.LEASED.name
 _READY = MessageState.READY.name
 _DELAYED = MessageState.DELAYED.name
 
-#: The zsets of a shard a batch read covers: (kind, ``state`` column).
+#: The zsets of a shard a batch read covers: (kind, ``state`` column); and the group lines.
 QUEUE, READY, UNACK, GROUP = "queue", "ready", "unack", "group"
-_KINDS = ((QUEUE, WAITING), (READY, WAITING), (GROUP, WAITING), (UNACK, UNACKED))
+_KINDS = ((QUEUE, WAITING), (READY, WAITING), (UNACK, UNACKED))
 #: A ready zset score is ``priority * 2**42 + due ms`` (``READY_SCALE`` in _prelude.lua).
 READY_SCALE = 2 ** 42
 
@@ -69,8 +72,7 @@ class ZsetRange(InputPartition):
         policy_max_deliveries: the stored queue policy's ``max_deliveries`` (0: none), for
             messages without a limit of their own.
         kind: which zset: ``"queue"`` (score due ms + priority/100), ``"ready"`` (strict
-            priority, score priority * 2**42 + due ms), ``"group"`` (an ordered group's line,
-            due ms, priority and group in the member) or ``"unack"`` (score lease expiry ms).
+            priority, score priority * 2**42 + due ms) or ``"unack"`` (score lease expiry ms).
     """
 
     shard: str
@@ -81,6 +83,28 @@ class ZsetRange(InputPartition):
     now_ms: int
     policy_max_deliveries: int
     kind: str = QUEUE
+
+
+@dataclass
+class LineRanges(InputPartition):
+    """One batch-read partition of ordered group lines (``P.GLINE.Q.G``) of one shard: rank
+    ranges of several lines, up to ``splitSize`` ids in all (a line longer than that is split
+    over partitions).
+
+    Attributes:
+        shard: the shard name (the groups' shard).
+        ranges: ``(group, start, stop)`` triples: ranks ``start..stop`` (inclusive) of the
+            group's line (score due ms; member push sequence, priority, id).
+        now_ms: the read's "now" (see :class:`ZsetRange`).
+        policy_max_deliveries: the stored queue policy's ``max_deliveries`` (0: none).
+    """
+
+    shard: str
+    ranges: tuple[tuple[str, int, int], ...]
+    now_ms: int
+    policy_max_deliveries: int
+    state: str = WAITING
+    kind: str = GROUP
 
 
 class DynoQueueReader(DataSourceReader):
@@ -94,11 +118,13 @@ class DynoQueueReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
-    def partitions(self) -> list[ZsetRange]:
-        """Plan the read: ZCARD every shard's queue, ready, group line and unack zsets (empty
-        ones cost nothing, so queues without strict priority or groups get no more
-        partitions), split into rank ranges;
-        read the server's time and the stored queue policy once for all partitions.
+    def partitions(self) -> list[ZsetRange | LineRanges]:
+        """Plan the read: ZCARD every shard's queue, ready and unack zsets (empty ones cost
+        nothing, so queues without strict priority get no more partitions), split into rank
+        ranges; find every ordered group's line (the groups of ``P.GHEAD.Q``, their shard from
+        the current message's ``P.GROUPOF.Q`` record) and its length, packed into partitions
+        of up to ``splitSize`` ids per shard; read the server's time and the stored queue
+        policy once for all partitions.
 
         Returns:
             The partitions (empty for an empty queue).
@@ -111,7 +137,7 @@ class DynoQueueReader(DataSourceReader):
             queue = queues.get(self.options.queue)
             keys = queue.keys
             zset_of = {QUEUE: keys.queue_shard, READY: keys.ready_shard,
-                       GROUP: keys.group_queue_shard, UNACK: keys.unack_shard}
+                       UNACK: keys.unack_shard}
             plan = [(shard, kind, state, zset_of[kind](shard))
                     for shard in queue.shards for kind, state in _KINDS]
             conn = queues.non_quorum_conn
@@ -121,11 +147,27 @@ class DynoQueueReader(DataSourceReader):
             pipe.get(keys.policy)
             with redis_errors("spark_read_partitions", plan[0][3], self.options):
                 *sizes, stored_policy = pipe.execute()
+                lines = _group_lines(conn, keys, queue.shards)
             now_ms = server_ms(conn, "spark_read_partitions", plan[0][3], self.options)
         policy_max = QueuePolicy.from_json(stored_policy).max_deliveries if stored_policy else 0
-        return [ZsetRange(shard, state, key, lo, hi, now_ms, policy_max, kind)
-                for (shard, kind, state, key), size in zip(plan, sizes, strict=True)
-                for lo, hi in rank_ranges(int(size), self.options.split_size)]
+        out: list[ZsetRange | LineRanges] = [
+            ZsetRange(shard, state, key, lo, hi, now_ms, policy_max, kind)
+            for (shard, kind, state, key), size in zip(plan, sizes, strict=True)
+            for lo, hi in rank_ranges(int(size), self.options.split_size)]
+        step = self.options.split_size
+        for shard in queue.shards:
+            packed: list[tuple[str, int, int]] = []
+            held = 0
+            for group, size in lines.get(shard, []):
+                for lo, hi in rank_ranges(size, step):
+                    packed.append((group, lo, hi))
+                    held += hi - lo + 1
+                    if held >= step:
+                        out.append(LineRanges(shard, tuple(packed), now_ms, policy_max))
+                        packed, held = [], 0
+            if packed:
+                out.append(LineRanges(shard, tuple(packed), now_ms, policy_max))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one rank range: ids and scores, then, per chunk of :data:`LOOKUP_CHUNK` ids,
@@ -138,15 +180,26 @@ class DynoQueueReader(DataSourceReader):
         Raises:
             RedisOperationError: Redis failed (Spark retries the task).
         """
-        if not isinstance(partition, ZsetRange):  # Spark's placeholder for "no partitions"
+        if not isinstance(partition, ZsetRange | LineRanges):  # Spark's "no partitions"
             return
         with connected(self.options) as queues:
             conn = queues.non_quorum_conn
             keys = queues.get(self.options.queue).keys
-            with redis_errors("spark_read", partition.key, self.options):
-                scored = conn.zrange(partition.key, partition.start, partition.stop,
-                                     withscores=True)
-            entries = [_entry(partition.kind, member, float(score)) for member, score in scored]
+            if isinstance(partition, ZsetRange):
+                with redis_errors("spark_read", partition.key, self.options):
+                    scored = conn.zrange(partition.key, partition.start, partition.stop,
+                                         withscores=True)
+                entries = [_entry(partition.kind, member, float(score))
+                           for member, score in scored]
+            else:
+                pipe = conn.pipeline(transaction=False)
+                for group, start, stop in partition.ranges:
+                    pipe.zrange(keys.group_line(group), start, stop, withscores=True)
+                with redis_errors("spark_read", keys.group_line_base, self.options):
+                    lines = pipe.execute()
+                entries = [_line_entry(group, member, float(score))
+                           for (group, _, _), scored in zip(partition.ranges, lines, strict=True)
+                           for member, score in scored]
             for i in range(0, len(entries), LOOKUP_CHUNK):
                 chunk = entries[i:i + LOOKUP_CHUNK]
                 ids = [entry.id for entry in chunk]
@@ -160,7 +213,7 @@ class DynoQueueReader(DataSourceReader):
                     yield self._row(partition, entry, raw, life, expires)
 
     @staticmethod
-    def _row(p: ZsetRange, entry: _Entry, raw: Any, life: Any,
+    def _row(p: ZsetRange | LineRanges, entry: _Entry, raw: Any, life: Any,
              expires: float | None) -> tuple[Any, ...]:
         message_id = entry.id
         payload = priority = timeout = None
@@ -200,16 +253,38 @@ class _Entry:
     group: str | None = None
 
 
+def _group_lines(conn: Any, keys: QueueKeys,
+                 shards: Sequence[str]) -> dict[str, list[tuple[str, int]]]:
+    """``{shard: [(group, line length), ...]}``: every ordered group with messages waiting
+    behind its current one, by the shard of its current message (``P.GROUPOF.Q``: due ms (16
+    digits), sequence (16), shard index (3, 1-based), ...)."""
+    heads = [(as_text(g), as_text(i)) for g, i in conn.hscan_iter(keys.group_head,
+                                                                  count=LOOKUP_CHUNK)]
+    out: dict[str, list[tuple[str, int]]] = {}
+    for i in range(0, len(heads), LOOKUP_CHUNK):
+        chunk = heads[i:i + LOOKUP_CHUNK]
+        pipe = conn.pipeline(transaction=False)
+        pipe.hmget(keys.group_of, [head for _, head in chunk])
+        for group, _ in chunk:
+            pipe.zcard(keys.group_line(group))
+        recs, *sizes = pipe.execute()
+        for (group, _), rec, size in zip(chunk, recs, sizes, strict=True):
+            if rec is None or not size:
+                continue
+            index = int(as_text(rec)[32:35]) - 1
+            if 0 <= index < len(shards):
+                out.setdefault(shards[index], []).append((group, int(size)))
+    return out
+
+
+def _line_entry(group: str, member: bytes | str, score: float) -> _Entry:
+    """Decode an entry of ``group``'s line: score due ms; member the push sequence (16 digits),
+    the priority (2), the id (group_insert in _prelude.lua)."""
+    return _Entry(as_text(member)[18:], score, score, group)
+
+
 def _entry(kind: str, member: bytes | str, score: float) -> _Entry:
     """Decode a zset entry of ``kind`` (see :class:`ZsetRange`)."""
-    if kind == GROUP:
-        # Member: the group's byte length, ":", the group, due ms (16 digits), push sequence
-        # (16), priority (2), the id (group_insert in _prelude.lua); all scores are 0.
-        raw = member.encode() if isinstance(member, str) else member
-        colon = raw.index(b":")
-        start = colon + 1 + int(raw[:colon])
-        group = raw[colon + 1:start].decode()
-        return _Entry(raw[start + 34:].decode(), score, int(raw[start:start + 16]), group)
     message_id = as_text(member)
     if kind == READY:  # priority * 2**42 + due ms, exact in a double
         return _Entry(message_id, score, score - math.floor(score / READY_SCALE) * READY_SCALE)

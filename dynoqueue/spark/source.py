@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigurationError
 from ..model.keys import StreamKeys
-from .batch_read import DynoQueueReader, ZsetRange
+from .batch_read import DynoQueueReader, LineRanges, ZsetRange
 from .batch_write import (
     WRITE_COLUMNS,
     DynoQueueWriter,
@@ -65,6 +65,7 @@ __all__ = [
     "DynoQueueStreamReader",
     "DynoQueueStreamWriter",
     "DynoQueueWriter",
+    "LineRanges",
     "PartitionWritten",
     "RecordedSlice",
     "StreamKeys",

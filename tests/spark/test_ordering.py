@@ -115,3 +115,15 @@ def test_grouped_queue_shows_the_messages_in_line_once(
         "odd-a": ("LEASED", odd), "odd-b": ("READY", odd), "solo": ("READY", None)}
     assert (rows["g1-c"]["priority"], rows["odd-b"]["priority"]) == (9, 12)
     assert rows["g1-c"]["payload"] == "3"
+
+
+def test_many_group_lines_are_split_and_packed_into_partitions(
+        spark: Any, source: dict[str, str], plain_queue: Any) -> None:
+    q = plain_queue
+    groups = [f"g{i}" for i in range(7)] + ["{x}", "a.b", "%41", "A"]
+    q.push([Message(f"{g}-{n}", str(n), group=g) for n in range(4) for g in groups])
+    assert all(q.group_info(g)["waiting"] == 4 for g in groups)
+    rows = _snapshot(spark, source)  # splitSize 2: lines of 3 are cut, short ones packed
+    assert set(rows) == {f"{g}-{n}" for g in groups for n in range(4)}
+    assert all(r["group"] == i.rsplit("-", 1)[0] for i, r in rows.items())
+    _agrees_with_info(q, rows)
