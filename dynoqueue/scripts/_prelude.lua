@@ -85,10 +85,9 @@ end
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
 -- retention ms, dead-letter retention ms (0 = off), strict priority. Read once per script call.
 local POLICY = nil
-local function policy_of(k)
-  if POLICY then return POLICY end
+-- The policy stored as raw (nil: none stored, the defaults), kept as the call's POLICY.
+local function policy_from(raw)
   local p = {max = 0, ttl = 0, ret = 0, dret = 604800000, strict = 0}
-  local raw = redis.call('GET', k.policy)
   if raw then
     local ok, doc = pcall(cjson.decode, raw)
     if ok and type(doc) == 'table' then
@@ -98,6 +97,11 @@ local function policy_of(k)
   p.strict = p.strict == 1
   POLICY = p
   return p
+end
+
+local function policy_of(k)
+  if POLICY then return POLICY end
+  return policy_from(redis.call('GET', k.policy))
 end
 
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
@@ -130,7 +134,9 @@ end
 -- that writes many records at once writes it too, so Redis makes the hash a hash table at once:
 -- in a listpack (up to hash-max-listpack-entries fields) every insert and lookup scans all the
 -- fields, ~3 us per record for a batch of 500. It goes when it is the last field (ack, sweep).
-local LIFE_PAD, LIFE_PAD_VALUE, LIFE_PAD_FROM = '\255pad', string.rep('-', 200), 64
+-- (LIFE_PAD_VALUE is 200 dashes, one literal: string.rep or '..' would make it on every call.)
+local LIFE_PAD, LIFE_PAD_FROM = '\255pad', 64
+local LIFE_PAD_VALUE = '--------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------'
 
 local function life_of(k, id)
   return parse_life(redis.call('HGET', k.life, id))
