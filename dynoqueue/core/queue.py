@@ -183,6 +183,9 @@ class QueueCore:
         self.policy = policy if policy is not None else settings.policy
         self._policy_checked = self.policy is None
         self._local = self.shards.index(self.local_shard)
+        self._shard_pos: dict[str, int] = {}  # shard -> its first index
+        for i, shard in enumerate(self.shards):
+            self._shard_pos.setdefault(shard, i)
         self._local_first = [self._local] + [i for i in range(len(self.shards))
                                              if i != self._local]
         self._strategy = settings.strategy
@@ -891,8 +894,8 @@ class QueueCore:
             shards = [s for s in shards if s not in self.zones.orphaned]
         shard = self._strategy.get_next_shard(shards, message)
         try:
-            return self.shards.index(shard)
-        except ValueError:
+            return self._shard_pos[shard]
+        except (KeyError, TypeError):
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
 

@@ -70,16 +70,16 @@ end
 -- Scripts that take QueueKeys.lifecycle_keys(): message hash, life, policy, dead, dead info,
 -- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep
 -- cursor, then n queue zsets, n unack zsets, n ready zsets and n group queue zsets.
+-- (One table constructor: Lua sizes the table for all its fields at once.)
 local function lifecycle_keys()
   local n = (#KEYS - 13) / 4
-  local k = {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
-             ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
-             groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13], n = n}
-  function k.queue(s) return KEYS[13 + s] end
-  function k.unack(s) return KEYS[13 + n + s] end
-  function k.ready(s) return KEYS[13 + 2 * n + s] end
-  function k.gq(s) return KEYS[13 + 3 * n + s] end
-  return k
+  return {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
+          ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
+          groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13], n = n,
+          queue = function(s) return KEYS[13 + s] end,
+          unack = function(s) return KEYS[13 + n + s] end,
+          ready = function(s) return KEYS[13 + 2 * n + s] end,
+          gq = function(s) return KEYS[13 + 3 * n + s] end}
 end
 
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
