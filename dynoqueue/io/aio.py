@@ -88,8 +88,7 @@ class AsyncDriver:
         if type(request) is rq.Command and request.replica_of is None:
             batcher = self._batchers.get(request.role)
             if batcher is not None:
-                call = batcher.submit(request.args, deadline, request.idempotent,
-                                      request.merge, request.head)
+                call = batcher.submit(request, deadline)
                 try:
                     return await call.future, None
                 except asyncio.CancelledError:
@@ -239,17 +238,12 @@ class _Call:
     meanwhile cancels ``future``; it may still wait for the reply through :meth:`late_reply`
     (a state change that went out anyway may have leased messages)."""
 
-    __slots__ = ("args", "deadline", "future", "head", "idempotent", "late", "merge", "reply",
-                 "settled")
+    __slots__ = ("command", "deadline", "future", "late", "reply", "settled")
 
-    def __init__(self, args: Any, deadline: Deadline, idempotent: bool,
-                 merge: rq.Merge | None, head: tuple[Any, ...] | None,
+    def __init__(self, command: rq.Command, deadline: Deadline,
                  future: asyncio.Future[Any]) -> None:
-        self.args = args
+        self.command = command
         self.deadline = deadline
-        self.idempotent = idempotent
-        self.merge = merge
-        self.head = head
         self.future = future
         self.reply: Any = None
         self.settled = False
@@ -294,11 +288,10 @@ class _Batcher:
         self._watch: asyncio.TimerHandle | None = None
         self._watch_at = 0.0
 
-    def submit(self, args: Any, deadline: Deadline, idempotent: bool,
-               merge: rq.Merge | None = None, head: tuple[Any, ...] | None = None) -> _Call:
+    def submit(self, command: rq.Command, deadline: Deadline) -> _Call:
         """Queue a command for the next batch; await the returned call's ``future``."""
         loop = asyncio.get_running_loop()
-        call = _Call(args, deadline, idempotent, merge, head, loop.create_future())
+        call = _Call(command, deadline, loop.create_future())
         self._pending.append(call)
         if self._watch is None or deadline.at < self._watch_at:
             self._arm(loop, deadline.at)
@@ -337,7 +330,7 @@ class _Batcher:
         kept = []
         for call in batch:
             try:
-                _packed(conn, [call.args])
+                _packed(conn, [call.command.args])
             except Exception as exc:
                 self._fail([call], exc)
             else:
@@ -390,7 +383,7 @@ class _Batcher:
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
         CURRENT.set(max((call.deadline for call in batch), key=lambda d: d.at))
-        RETRY_TIMEOUTS.set(all(call.idempotent for call in batch))
+        RETRY_TIMEOUTS.set(all(call.command.idempotent for call in batch))
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
@@ -413,15 +406,15 @@ class _Send:
     __slots__ = ("args", "calls", "items", "merge")
 
     def __init__(self, call: _Call, items: int) -> None:
-        self.args = call.args
-        self.merge = call.merge
+        self.args: Any = call.command.args
+        self.merge = call.command.merge
         self.calls = [call]
         self.items = [items]
 
     def join(self, call: _Call, items: int) -> None:
         if len(self.calls) == 1:
             self.args = list(self.args)
-        self.args += call.args[self.merge.head:]  # type: ignore[union-attr]
+        self.args += call.command.args[self.merge.head:]  # type: ignore[union-attr]
         self.calls.append(call)
         self.items.append(items)
 
@@ -444,13 +437,12 @@ def _joined(batch: list[_Call]) -> list[_Send]:
     sends: list[_Send] = []
     open_: dict[tuple[Any, ...], _Send] = {}
     for call in batch:
-        merge, args = call.merge, call.args
+        merge, args, head = call.command.merge, call.command.args, call.command.head
         if merge is None:
             sends.append(_Send(call, 0))
             continue
         # Equal heads: the same kept head object (the batch's calls hold it, so its id is
         # unique meanwhile) and equal args after it; else compare the args themselves.
-        head = call.head
         key = ((id(head), *args[len(head):merge.head]) if head is not None
                else tuple(args[:merge.head]))
         items = (len(args) - merge.head) // merge.per_item
