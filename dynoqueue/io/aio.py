@@ -403,13 +403,14 @@ class _Send:
     """One command of a batch on the wire: a submitted command, or several merged ones (in
     the order their items were joined, with their item counts)."""
 
-    __slots__ = ("args", "calls", "items", "merge")
+    __slots__ = ("args", "calls", "items", "merge", "total")
 
     def __init__(self, call: _Call, items: int) -> None:
         self.args: Any = call.command.args
         self.merge = call.command.merge
         self.calls = [call]
         self.items = [items]
+        self.total = items
 
     def join(self, call: _Call, items: int) -> None:
         if len(self.calls) == 1:
@@ -417,6 +418,7 @@ class _Send:
         self.args += call.command.args[self.merge.head:]  # type: ignore[union-attr]
         self.calls.append(call)
         self.items.append(items)
+        self.total += items
 
     def settle(self, reply: Any) -> None:
         """Hand each call its reply (its own part of a merged one), or the error."""
@@ -447,7 +449,7 @@ def _joined(batch: list[_Call]) -> list[_Send]:
                else tuple(args[:merge.head]))
         items = (len(args) - merge.head) // merge.per_item
         send = open_.get(key)
-        if send is not None and sum(send.items) + items <= merge.limit:
+        if send is not None and send.total + items <= merge.limit:
             send.join(call, items)
         else:
             send = open_[key] = _Send(call, items)
