@@ -87,3 +87,29 @@ def test_pipelined_writes_send_no_script_exists(make_queues, deployment) -> None
     assert calls("script|exists") == before[0]
     assert calls("evalsha") - before[1] == 20
     primary.close()
+
+
+def test_every_script_defines_each_prelude_helper_it_mentions() -> None:
+    """Scripts carry only the prelude helpers they use (Redis makes each helper's closure again
+    on every call): whatever name of the prelude a script's text mentions outside comments must
+    be defined in that text, or the script would fail at run time on a missing global."""
+    import re
+    from importlib import resources
+
+    from dynoqueue import scripts
+
+    prelude = resources.files(scripts).joinpath("_prelude.lua").read_text(encoding="utf-8")
+    code = re.sub(r"--[^\n]*", "", prelude)
+    names = set(re.findall(r"^local function (\w+)", code, re.M))
+    for line in re.findall(r"^local ([\w, ]+?)\s*=", code, re.M):
+        names.update(n.strip() for n in line.split(","))
+    assert {"lifecycle_keys", "policy_of", "wait_in", "LIFE_PAD_VALUE"} <= names
+    for doorbell in (True, False):
+        for name in scripts.WRITE_SCRIPTS + scripts.READ_SCRIPTS:
+            text = scripts.source(name, doorbell)
+            mentioned = names & set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", text)))
+            for helper in mentioned:
+                assert re.search(rf"^local (function )?([\w, ]*\b)?{helper}\b", text, re.M), (
+                    f"{name}.lua mentions {helper} but its text does not define it")
+    assert "local function lease(" not in scripts.source("push")  # push leases nothing
+    assert "local function lease(" in scripts.source("claim_id")

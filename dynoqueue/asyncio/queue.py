@@ -7,7 +7,7 @@ and so are the docstrings (copied from the sync class at import).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ..core.factory import QueueBase
@@ -33,8 +33,8 @@ class DynoQueue(QueueBase):
         super().__init__(core)
         self._driver = driver
 
-    async def _run(self, op: Op[T]) -> T:
-        return await self._driver.run(op)
+    def _run(self, op: Op[T]) -> Coroutine[Any, Any, T]:
+        return self._driver.run(op)  # awaited by the caller: no coroutine frame of its own
 
     async def push(self, messages: Iterable[Message], *,
                    if_exists: str = "replace") -> list[str]:

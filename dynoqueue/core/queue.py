@@ -183,11 +183,15 @@ class QueueCore:
         self.policy = policy if policy is not None else settings.policy
         self._policy_checked = self.policy is None
         self._local = self.shards.index(self.local_shard)
+        self._shard_pos: dict[str, int] = {}  # shard -> its first index
+        for i, shard in enumerate(self.shards):
+            self._shard_pos.setdefault(shard, i)
         self._local_first = [self._local] + [i for i in range(len(self.shards))
                                              if i != self._local]
         self._strategy = settings.strategy
         self._scripts = scripts.load(settings.doorbell)
         self._life_keys = self.keys.lifecycle_keys()
+        self._life_heads: dict[str, tuple[Any, ...]] = {}  # see _call_head
         self._quorum_cluster = quorum_cluster
         self._replica_reads = replica_reads
         self._ro_supported = True  # EVALSHA_RO exists (Redis >= 7)
@@ -223,6 +227,8 @@ class QueueCore:
             return []
         self._check_open()
         flags = yield from self._push("push", if_exists, batch)
+        if len(batch) == 1:
+            return [batch[0].id] if flags[0] else []
         return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
 
     def ensure(self, message: Message) -> Op[bool]:
@@ -232,33 +238,35 @@ class QueueCore:
         return pushed
 
     def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
-        args: list[Any] = []
+        args: list[Any] = [self._now_arg(), mode]
         for m in batch:
-            args += [m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
-                     _opt(m.due_at_ms), _opt(m.max_deliveries), _opt(m.ttl_ms),
-                     m.group or ""]
+            args += (m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
+                     "" if m.due_at_ms is None else m.due_at_ms,
+                     "" if m.max_deliveries is None else m.max_deliveries,
+                     "" if m.ttl_ms is None else m.ttl_ms, m.group or "")
         keys = self._life_keys
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
             yield from self._guard(operation, self.keys.message_hash,
                                    self.zones.register([self.name]))
-        step = SCRIPT_BATCH * 9
-        chunks = [args[i:i + step] for i in range(0, len(args), step)]
-        if len(chunks) == 1:
+        if len(batch) <= SCRIPT_BATCH:
             # Concurrent pushes may join into one script call (the asyncio driver's
             # auto-pipelining; up to SCRIPT_BATCH messages); each still gets its own flags.
-            replies = yield from self._write(operation, "push",
-                                             [(keys, [self._now_arg(), mode, *args])],
+            replies = yield from self._write(operation, "push", [(keys, args)],
                                              merge=_PUSH_MERGE)
         else:
+            step = SCRIPT_BATCH * 9
+            chunks = [args[i:i + step] for i in range(2, len(args), step)]
             # The first chunk fixes "now" for the whole batch; the rest reuse it.
             first = yield from self._write(
-                operation, "push", [(keys, [self._now_arg(), mode, *chunks[0]])],
-                replicate=False)
+                operation, "push", [(keys, [args[0], mode, *chunks[0]])], replicate=False)
             now = first[0][0]
             replies = first + (yield from self._write(
                 operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        if len(replies) == 1:
+            flags = [bool(int(flag)) for flag in replies[0][1:]]
+        else:
+            flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
         self.events(self.name, "pushed", sum(flags))
         return flags
 
@@ -866,11 +874,14 @@ class QueueCore:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     def _validated(self, messages: Iterable[Message]) -> list[Message]:
-        batch = validate.listed("push takes a list of Message", messages, single=(Message,),
-                                error=InvalidMessageError)
+        if type(messages) is list or type(messages) is tuple:  # the usual: no ABC checks
+            batch = list(messages)
+        else:
+            batch = validate.listed("push takes a list of Message", messages,
+                                    single=(Message,), error=InvalidMessageError)
         limit = self.settings.max_payload_bytes
         for message in batch:
-            if not isinstance(message, Message):
+            if type(message) is not Message and not isinstance(message, Message):
                 raise InvalidMessageError(
                     f"push takes Message objects, got {type(message).__name__}: {message!r:.80}")
             message.validate(limit)
@@ -885,8 +896,8 @@ class QueueCore:
             shards = [s for s in shards if s not in self.zones.orphaned]
         shard = self._strategy.get_next_shard(shards, message)
         try:
-            return self.shards.index(shard)
-        except ValueError:
+            return self._shard_pos[shard]
+        except (KeyError, TypeError):
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
 
@@ -949,8 +960,14 @@ class QueueCore:
 
     def _guard(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
         """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`), after
-        the policy check of this queue's first call."""
+        the policy check of this queue's first call. Raises QueueClosedError at once when the
+        factory is closed."""
         self._check_attached()
+        if self.server_check.done and self._policy_checked:
+            return guarded(operation, key, op)  # no generator layer of its own: every call
+        return self._checked_first(operation, key, op)
+
+    def _checked_first(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
         if not self.server_check.done:
             yield from guarded(operation, key, self.server_check.run(key))
         if not self._policy_checked:
@@ -983,22 +1000,37 @@ class QueueCore:
         """The command running script ``name``: EVALSHA, or EVAL with its text when the
         settings say so (Dynomite: a rack whose redis restarted lost its scripts, and the
         other racks' quorum hides its NOSCRIPT replies)."""
+        return (*self._call_head(name, keys), *args)
+
+    def _call_head(self, name: str, keys: list[str]) -> tuple[Any, ...]:
+        """The args of a call of script ``name`` before its ARGV (script, key count, keys);
+        made once per script for the lifecycle keys, which nearly every write takes."""
+        if keys is self._life_keys:
+            head = self._life_heads.get(name)
+            if head is None:
+                head = self._life_heads[name] = self._make_head(name, keys)
+            return head
+        return self._make_head(name, keys)
+
+    def _make_head(self, name: str, keys: list[str]) -> tuple[Any, ...]:
         script = self._scripts[name]
-        head = ("EVAL", script.text) if self.settings.eval_scripts else ("EVALSHA", script.sha)
-        return (*head, len(keys), *keys, *args)
+        if self.settings.eval_scripts:
+            return ("EVAL", script.text, len(keys), *keys)
+        return ("EVALSHA", script.sha, len(keys), *keys)
 
     def _script(self, role: str, name: str, keys: list[str], args: list[Any], *,
                 idempotent: bool, merge: Merge | None = None) -> Op[Any]:
         """Run script ``name``; a server that lacks it (restarted, failed over) gets its text.
         ``merge`` (args after the keys: its head counts only those) lets the driver join this
         call with concurrent ones of the same script and keys (see :class:`Merge`)."""
-        call = self._call(name, keys, args)
+        head = self._call_head(name, keys)
+        call = (*head, *args)
         if merge is not None:
-            merge = Merge(len(call) - len(args) + merge.head, merge.per_item, merge.shared,
-                          merge.limit)
+            merge = merge.after(len(head))
         try:
-            return (yield from self._send(Command(role, call, idempotent=idempotent, merge=merge),
-                                          idempotent=idempotent))
+            command = Command(role, call, idempotent=idempotent, merge=merge,
+                              head=head if keys is self._life_keys else None)
+            return (yield from self._send(command, idempotent=idempotent))
         except NoScriptError:
             text = self._scripts[name].text
             return (yield from self._send(Command(role, ("EVAL", text, len(keys), *keys, *args),

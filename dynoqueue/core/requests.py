@@ -23,18 +23,23 @@ class Command:
     With ``replica_of`` (Cluster read clients only) it runs on a replica of that key's slot.
     A command that is not ``idempotent`` (a claim) is not repeated after a read timeout. With
     ``merge``, a driver that holds several such commands at the same moment may send them as
-    one (see :class:`Merge`); the reply is this command's own either way.
+    one (see :class:`Merge`); the reply is this command's own either way. ``head``, when
+    given, is the same object on every call of this command's kind on this queue and equal to
+    the first ``len(head)`` args (a script call's script and keys): a driver may keep its
+    wire form and encode only the rest.
     """
 
-    __slots__ = ("args", "idempotent", "merge", "replica_of", "role")
+    __slots__ = ("args", "head", "idempotent", "merge", "replica_of", "role")
 
     def __init__(self, role: str, args: Sequence[Any], replica_of: str | None = None,
-                 idempotent: bool = True, merge: Merge | None = None) -> None:
+                 idempotent: bool = True, merge: Merge | None = None,
+                 head: tuple[Any, ...] | None = None) -> None:
         self.role = role
         self.args = args
         self.replica_of = replica_of
         self.idempotent = idempotent
         self.merge = merge
+        self.head = head
 
 
 class Merge:
@@ -46,13 +51,23 @@ class Merge:
     shared values followed by its own items' values, as if it had run alone at that point.
     """
 
-    __slots__ = ("head", "limit", "per_item", "shared")
+    __slots__ = ("_after", "head", "limit", "per_item", "shared")
 
     def __init__(self, head: int, per_item: int, shared: int, limit: int) -> None:
         self.head = head
         self.per_item = per_item
         self.shared = shared
         self.limit = limit
+        self._after: dict[int, Merge] = {}
+
+    def after(self, count: int) -> Merge:
+        """This merge for commands with ``count`` more args in front (a script's name and
+        keys before its ARGV); made once per count."""
+        shifted = self._after.get(count)
+        if shifted is None:
+            shifted = self._after[count] = Merge(count + self.head, self.per_item,
+                                                 self.shared, self.limit)
+        return shifted
 
 
 class Pipeline:

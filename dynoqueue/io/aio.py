@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -87,9 +88,17 @@ class AsyncDriver:
         if type(request) is rq.Command and request.replica_of is None:
             batcher = self._batchers.get(request.role)
             if batcher is not None:
-                return await _settled(batcher.submit(request.args, deadline, request.idempotent,
-                                                     request.merge),
-                                      deadline, state_change=request.role == rq.QUORUM)
+                call = batcher.submit(request, deadline)
+                try:
+                    return await call.future, None
+                except asyncio.CancelledError:
+                    # A state change that went out anyway may have leased messages: its
+                    # reply goes with Cancelled, so the operation can undo it.
+                    if request.role != rq.QUORUM:
+                        return None, rq.Cancelled()
+                    return None, rq.Cancelled(await call.late_reply())
+                except Exception as exc:  # handed to the operation, which decides
+                    return None, exc
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
@@ -182,7 +191,10 @@ class AsyncDriver:
             await doorbell.close(timeout_s)
 
     async def aclose(self) -> None:
-        """Close the per-node clients this driver opened (Cluster slot-owner writes)."""
+        """Close the per-node clients this driver opened (Cluster slot-owner writes) and stop
+        the batchers' deadline timers."""
+        for batcher in self._batchers.values():
+            batcher.close()
         clients, self._node_clients = list(self._node_clients.values()), {}
         for client in clients:
             with contextlib.suppress(RedisError, OSError):
@@ -220,45 +232,110 @@ async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
     return None, error
 
 
+class _Call:
+    """One command submitted to a :class:`_Batcher`: what its caller awaits (``future``) and
+    what it got (``reply``, an exception for an error, once ``settled``). A caller cancelled
+    meanwhile cancels ``future``; it may still wait for the reply through :meth:`late_reply`
+    (a state change that went out anyway may have leased messages)."""
+
+    __slots__ = ("command", "deadline", "future", "late", "reply", "settled")
+
+    def __init__(self, command: rq.Command, deadline: Deadline,
+                 future: asyncio.Future[Any]) -> None:
+        self.command = command
+        self.deadline = deadline
+        self.future = future
+        self.reply: Any = None
+        self.settled = False
+        self.late: asyncio.Future[Any] | None = None
+
+    def settle(self, reply: Any) -> None:
+        """Hand the caller its reply (an exception: raised to it)."""
+        self.reply, self.settled = reply, True
+        for future in (self.future, self.late):
+            if future is not None and not future.done():
+                if isinstance(reply, BaseException):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+
+    async def late_reply(self) -> Any:
+        """The reply, awaited after the caller was cancelled (None if it failed)."""
+        if not self.settled:
+            self.late = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(Exception):
+                return await self.late
+            return None
+        return None if isinstance(self.reply, BaseException) else self.reply
+
+
 class _Batcher:
     """Auto-pipelining for one client: what is submitted while a batch is in flight goes out
     as the next batch, one write and one read pass each, on one connection of the pool.
     Commands of a batch that may merge (a :class:`~dynoqueue.core.requests.Merge`, e.g.
     concurrent pushes to one queue) go out as one command whose reply is split among them. A
-    failed batch is retried by the connection's Retry, as redis-py retries a pipeline."""
+    failed batch is retried by the connection's Retry, as redis-py retries a pipeline.
+
+    Callers await their :class:`_Call`'s future directly; one timer (not one per call) ends
+    the wait of those whose deadline passed with DeadlinePassed (their command, if sent,
+    still finishes; its reply is dropped)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._pending: list[_Pending] = []
+        self._pending: list[_Call] = []
+        self._inflight: list[_Call] = []
         self._flusher: asyncio.Task[None] | None = None
-        #: Per future: its caller's deadline and whether its command may run twice.
-        self._terms: dict[asyncio.Future[Any], tuple[Deadline, bool]] = {}
+        self._watch: asyncio.TimerHandle | None = None
+        self._watch_at = 0.0
 
-    def _packable(self, conn: Any, batch: list[_Pending]) -> list[_Pending]:
-        """The commands of ``batch`` that encode; the others' callers get the error."""
-        kept = []
-        for item in batch:
-            try:
-                _packed(conn, [item[0]])
-            except Exception as exc:
-                self._terms.pop(item[2], None)
-                self._fail([item], exc)
-            else:
-                kept.append(item)
-        return kept
-
-    def submit(self, args: Any, deadline: Deadline, idempotent: bool,
-               merge: rq.Merge | None = None) -> asyncio.Future[Any]:
+    def submit(self, command: rq.Command, deadline: Deadline) -> _Call:
+        """Queue a command for the next batch; await the returned call's ``future``."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        # A caller cancelled meanwhile may never look: mark an error as seen, so asyncio does
-        # not log "exception was never retrieved" (the operation already got Cancelled).
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._pending.append((args, merge, future))
-        self._terms[future] = (deadline, idempotent)
+        call = _Call(command, deadline, loop.create_future())
+        self._pending.append(call)
+        if self._watch is None or deadline.at < self._watch_at:
+            self._arm(loop, deadline.at)
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
-        return future
+        return call
+
+    def close(self) -> None:
+        """Stop the deadline timer (the factory closes)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch_at = at
+        self._watch = loop.call_later(max(0.0, at - time.monotonic()), self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The timer: end the waits past their deadline; wait for the next deadline."""
+        self._watch = None
+        nearest = None
+        for call in (*self._inflight, *self._pending):
+            if call.future.done():
+                continue
+            if call.deadline.left() <= 0:
+                call.future.set_exception(DeadlinePassed("no reply"))
+            elif nearest is None or call.deadline.at < nearest:
+                nearest = call.deadline.at
+        if nearest is not None:
+            self._arm(loop, nearest)
+
+    def _packable(self, conn: Any, batch: list[_Call]) -> list[_Call]:
+        """The commands of ``batch`` that encode; the others' callers get the error."""
+        kept = []
+        for call in batch:
+            try:
+                _packed(conn, [call.command.args])
+            except Exception as exc:
+                self._fail([call], exc)
+            else:
+                kept.append(call)
+        return kept
 
     async def _flush(self) -> None:
         pool = self._client.connection_pool
@@ -266,8 +343,6 @@ class _Batcher:
             conn = await pool.get_connection()
         except BaseException as exc:
             self._fail(self._pending, exc)
-            for _, _, future in self._pending:
-                self._terms.pop(future, None)
             self._pending, self._flusher = [], None
             if not isinstance(exc, Exception):
                 raise
@@ -275,12 +350,16 @@ class _Batcher:
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                await self._exchange(conn, batch)
+                self._inflight = batch
+                try:
+                    await self._exchange(conn, batch)
+                finally:
+                    self._inflight = []
         finally:
             self._flusher = None
             await pool.release(conn)
 
-    async def _exchange(self, conn: Any, batch: list[_Pending]) -> None:
+    async def _exchange(self, conn: Any, batch: list[_Call]) -> None:
         try:
             sends = _joined(batch)
             packed = _packed(conn, [send.args for send in sends])
@@ -303,9 +382,8 @@ class _Batcher:
 
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
-        terms = [self._terms.pop(future) for _, _, future in batch]
-        CURRENT.set(max((d for d, _ in terms), key=lambda d: d.at))
-        RETRY_TIMEOUTS.set(all(idempotent for _, idempotent in terms))
+        CURRENT.set(max((call.deadline for call in batch), key=lambda d: d.at))
+        RETRY_TIMEOUTS.set(all(call.command.idempotent for call in batch))
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
@@ -315,73 +393,66 @@ class _Batcher:
             send.settle(reply)
 
     @staticmethod
-    def _fail(batch: list[_Pending], exc: BaseException) -> None:
+    def _fail(batch: list[_Call], exc: BaseException) -> None:
         error = exc if isinstance(exc, Exception) else RedisConnectionError(str(exc))
-        for _, _, future in batch:
-            if not future.done():
-                future.set_exception(error)
-
-
-_Pending = tuple[Any, "rq.Merge | None", "asyncio.Future[Any]"]
+        for call in batch:
+            call.settle(error)
 
 
 class _Send:
-    """One command of a batch on the wire: a submitted command, or several merged ones (their
-    futures and item counts, in the order their items were joined)."""
+    """One command of a batch on the wire: a submitted command, or several merged ones (in
+    the order their items were joined, with their item counts)."""
 
-    __slots__ = ("args", "futures", "items", "merge")
+    __slots__ = ("args", "calls", "items", "merge", "total")
 
-    def __init__(self, args: Any, future: asyncio.Future[Any], merge: rq.Merge | None) -> None:
-        self.args = args
-        self.merge = merge
-        self.futures = [future]
-        self.items = [0 if merge is None else (len(args) - merge.head) // merge.per_item]
+    def __init__(self, call: _Call, items: int) -> None:
+        self.args: Any = call.command.args
+        self.merge = call.command.merge
+        self.calls = [call]
+        self.items = [items]
+        self.total = items
 
-    def join(self, args: Any, future: asyncio.Future[Any], items: int) -> None:
-        if len(self.futures) == 1:
+    def join(self, call: _Call, items: int) -> None:
+        if len(self.calls) == 1:
             self.args = list(self.args)
-        self.args += args[self.merge.head:]  # type: ignore[union-attr]
-        self.futures.append(future)
+        self.args += call.command.args[self.merge.head:]  # type: ignore[union-attr]
+        self.calls.append(call)
         self.items.append(items)
+        self.total += items
 
     def settle(self, reply: Any) -> None:
-        """Hand each future its reply (its own part of a merged one), or the error."""
-        if len(self.futures) == 1 or isinstance(reply, Exception):
-            for future in self.futures:
-                if not future.done():
-                    _set(future, reply)
+        """Hand each call its reply (its own part of a merged one), or the error."""
+        if len(self.calls) == 1 or isinstance(reply, Exception):
+            for call in self.calls:
+                call.settle(reply)
             return
         shared = self.merge.shared  # type: ignore[union-attr]
         head, at = list(reply[:shared]), shared
-        for future, n in zip(self.futures, self.items, strict=True):
-            if not future.done():
-                future.set_result(head + list(reply[at:at + n]))
+        for call, n in zip(self.calls, self.items, strict=True):
+            call.settle(head + list(reply[at:at + n]))
             at += n
 
 
-def _set(future: asyncio.Future[Any], reply: Any) -> None:
-    if isinstance(reply, Exception):
-        future.set_exception(reply)
-    else:
-        future.set_result(reply)
-
-
-def _joined(batch: list[_Pending]) -> list[_Send]:
+def _joined(batch: list[_Call]) -> list[_Send]:
     """The commands to send for ``batch``: those that may merge, with equal heads, joined (up
     to their Merge's limit of items each); the rest as they are, in order."""
     sends: list[_Send] = []
     open_: dict[tuple[Any, ...], _Send] = {}
-    for args, merge, future in batch:
+    for call in batch:
+        merge, args, head = call.command.merge, call.command.args, call.command.head
         if merge is None:
-            sends.append(_Send(args, future, None))
+            sends.append(_Send(call, 0))
             continue
-        head = tuple(args[:merge.head])
+        # Equal heads: the same kept head object (the batch's calls hold it, so its id is
+        # unique meanwhile) and equal args after it; else compare the args themselves.
+        key = ((id(head), *args[len(head):merge.head]) if head is not None
+               else tuple(args[:merge.head]))
         items = (len(args) - merge.head) // merge.per_item
-        send = open_.get(head)
-        if send is not None and sum(send.items) + items <= merge.limit:
-            send.join(args, future, items)
+        send = open_.get(key)
+        if send is not None and send.total + items <= merge.limit:
+            send.join(call, items)
         else:
-            send = open_[head] = _Send(args, future, merge)
+            send = open_[key] = _Send(call, items)
             sends.append(send)
     return sends
 

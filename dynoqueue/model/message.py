@@ -87,6 +87,19 @@ class Message:
                 payload holds a lone surrogate (not encodable as UTF-8).
             PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
         """
+        # The common message (ASCII id and payload, int timeout and priority in range, no
+        # other field set) passes with a few comparisons; push runs this once per message
+        # on top of the constructor's run. Anything else takes the full checks below.
+        id_, payload, timeout, priority = self.id, self.payload, self.timeout, self.priority
+        if (type(id_) is str and type(timeout) is int and type(priority) is int and id_
+                and (payload is None or (type(payload) is str and payload.isascii()
+                                         and (max_payload_bytes is None
+                                              or len(payload) <= max_payload_bytes)))
+                and 0 <= timeout <= MAX_MS and MIN_PRIORITY <= priority <= MAX_PRIORITY
+                and self.due_at_ms is None and self.max_deliveries is None
+                and self.ttl_ms is None and self.group is None and self.shard is None
+                and self.receipt is None and id_.isascii()):
+            return
         if not isinstance(self.id, str) or not self.id:
             raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r:.80}")
         _utf8_size("id", self.id)

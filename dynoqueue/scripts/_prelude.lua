@@ -77,25 +77,24 @@ end
 -- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep
 -- cursor, group line base (a name: group_line() adds the group), group waiting counts, then
 -- n queue zsets, n unack zsets and n ready zsets.
+-- (One table constructor: Lua sizes the table for all its fields at once.)
 local function lifecycle_keys()
   local n = (#KEYS - 15) / 3
-  local k = {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
-             ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
-             groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13],
-             gline = KEYS[14], gwait = KEYS[15], n = n}
-  function k.queue(s) return KEYS[15 + s] end
-  function k.unack(s) return KEYS[15 + n + s] end
-  function k.ready(s) return KEYS[15 + 2 * n + s] end
-  return k
+  return {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
+          ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
+          groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13],
+          gline = KEYS[14], gwait = KEYS[15], n = n,
+          queue = function(s) return KEYS[15 + s] end,
+          unack = function(s) return KEYS[15 + n + s] end,
+          ready = function(s) return KEYS[15 + 2 * n + s] end}
 end
 
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
 -- retention ms, dead-letter retention ms (0 = off), strict priority. Read once per script call.
 local POLICY = nil
-local function policy_of(k)
-  if POLICY then return POLICY end
+-- The policy stored as raw (nil: none stored, the defaults), kept as the call's POLICY.
+local function policy_from(raw)
   local p = {max = 0, ttl = 0, ret = 0, dret = 604800000, strict = 0}
-  local raw = redis.call('GET', k.policy)
   if raw then
     local ok, doc = pcall(cjson.decode, raw)
     if ok and type(doc) == 'table' then
@@ -105,6 +104,11 @@ local function policy_of(k)
   p.strict = p.strict == 1
   POLICY = p
   return p
+end
+
+local function policy_of(k)
+  if POLICY then return POLICY end
+  return policy_from(redis.call('GET', k.policy))
 end
 
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
@@ -137,7 +141,9 @@ end
 -- that writes many records at once writes it too, so Redis makes the hash a hash table at once:
 -- in a listpack (up to hash-max-listpack-entries fields) every insert and lookup scans all the
 -- fields, ~3 us per record for a batch of 500. It goes when it is the last field (ack, sweep).
-local LIFE_PAD, LIFE_PAD_VALUE, LIFE_PAD_FROM = '\255pad', string.rep('-', 200), 64
+-- (LIFE_PAD_VALUE is 200 dashes, one literal: string.rep or '..' would make it on every call.)
+local LIFE_PAD, LIFE_PAD_FROM = '\255pad', 64
+local LIFE_PAD_VALUE = '--------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------'
 
 local function life_of(k, id)
   return parse_life(redis.call('HGET', k.life, id))

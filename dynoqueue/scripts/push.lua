@@ -15,11 +15,20 @@
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local mode = ARGV[2]
-local p = policy_of(k)
 -- Ended and dead records of a pushed id are dropped; most queues have none, so look once (and
--- at the groups too: one EXISTS answers all three for a queue that has none of them).
+-- at the groups and the stored policy too: for a queue with none of them, the usual case, one
+-- EXISTS answers all four, and there is no policy to read).
 local has_ended, has_dead = false, false
-if redis.call('EXISTS', k.ended, k.dead, k.groupof) == 0 then
+local found, stored = redis.call('EXISTS', k.ended, k.dead, k.groupof, k.policy), 0
+local p
+if found == 0 then
+  p = policy_from(nil)
+else
+  local raw = redis.call('GET', k.policy)
+  if raw then stored = 1 end
+  p = policy_from(raw)
+end
+if found == stored then
   HAS_GROUPS = false
 else
   has_ended = redis.call('EXISTS', k.ended) == 1
@@ -33,7 +42,15 @@ for i = 3, #ARGV, 9 do
   local id, json = ARGV[i], ARGV[i + 1]
   local s = tonumber(ARGV[i + 4])
   local group = ARGV[i + 8]
-  local exists = redis.call('HEXISTS', k.msg, id) == 1
+  local exists, stored_json = false, false
+  if mode == 'replace' then
+    -- Store first: HSET tells whether the id existed (most pushes are new ids), saving the
+    -- HEXISTS; an existing one is forgotten everywhere below and stored again.
+    exists = redis.call('HSET', k.msg, id, json) == 0
+    stored_json = not exists
+  else
+    exists = redis.call('HEXISTS', k.msg, id) == 1
+  end
   local skip = false
   if mode == 'keep' then
     skip = exists or (has_ended and redis.call('HEXISTS', k.ended, id) == 1)
@@ -56,7 +73,7 @@ for i = 3, #ARGV, 9 do
     local due = now + tonumber(ARGV[i + 2])
     if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
     local pr = tonumber(ARGV[i + 3])
-    redis.call('HSET', k.msg, id, json)
+    if not stored_json then redis.call('HSET', k.msg, id, json) end
     if group ~= '' then
       if seq > seq_last then  -- enough for every message left in this call
         seq_last = redis.call('INCRBY', k.gseq, (#ARGV - i + 1) / 9)
