@@ -87,7 +87,7 @@ class AsyncDriver:
         if type(request) is rq.Command and request.replica_of is None:
             batcher = self._batchers.get(request.role)
             if batcher is not None:
-                return await _settled(batcher.submit(request.args, deadline, request.idempotent,
+                return await _replied(batcher.submit(request.args, deadline, request.idempotent,
                                                      request.merge),
                                       deadline, state_change=request.role == rq.QUORUM)
         handler = self._handlers[type(request)]
@@ -198,6 +198,22 @@ def _packed(conn: Any, commands: list[Any]) -> Any:
     return conn.pack_commands(commands)
 
 
+async def _send(conn: Any, packed: bytes) -> None:
+    """Write ``packed`` on ``conn``. redis.asyncio wraps each write in ``asyncio.wait_for``
+    when the connection has a socket timeout (its default: 5 s), a task and three loop turns
+    per write; a write to a connected socket whose buffer takes it returns at once, so only
+    a write that has to wait for the socket (or a connection to open) goes that way."""
+    writer = getattr(conn, "_writer", None)  # redis.asyncio's StreamWriter, once connected
+    if writer is not None and conn.is_connected and not writer.transport.is_closing():
+        writer.write(packed)
+        if writer.transport.get_write_buffer_size() == 0:  # all on the wire
+            return
+        async with asyncio.timeout(conn.socket_timeout):
+            await writer.drain()
+        return
+    await conn.send_packed_command(packed, check_health=False)
+
+
 async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
                    state_change: bool) -> tuple[Any, BaseException | None]:
     """The outcome of a command sent on its own (``future`` is not cancelled here): within
@@ -220,6 +236,58 @@ async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
     return None, error
 
 
+async def _replied(reply: _Reply, deadline: Deadline, *,
+                   state_change: bool) -> tuple[Any, BaseException | None]:
+    """As :func:`_settled`, for a command submitted to a :class:`_Batcher`."""
+    if not reply.done:
+        limit = asyncio.timeout(max(0.0, deadline.left()))
+        try:
+            async with limit:
+                await reply.waiter
+        except asyncio.CancelledError:
+            if state_change:
+                with contextlib.suppress(Exception):
+                    await reply.wait()
+                    if reply.error is None:
+                        return None, rq.Cancelled(reply.value)
+            return None, rq.Cancelled()
+        except TimeoutError:
+            if not reply.done:
+                return None, DeadlinePassed("no reply")
+    if reply.error is not None:
+        return None, reply.error
+    return reply.value, None
+
+
+class _Reply:
+    """The reply to one command submitted to a :class:`_Batcher`, filled in by the batch that
+    sent it. Its caller waits on ``waiter``, a future the batch resolves itself: one loop turn,
+    where waiting on a future of the batch (``asyncio.wait``) takes two. A cancelled caller
+    only cancels its waiter; the reply still comes in (see :meth:`wait`)."""
+
+    __slots__ = ("done", "error", "value", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] = loop.create_future()
+
+    def set(self, value: Any, error: BaseException | None = None) -> None:
+        """Fill in the reply (the first time only) and wake its caller."""
+        if self.done:
+            return
+        self.done, self.value, self.error = True, value, error
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Wait for the reply after the first wait was cancelled."""
+        if not self.done:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+
+
 class _Batcher:
     """Auto-pipelining for one client: what is submitted while a batch is in flight goes out
     as the next batch, one write and one read pass each, on one connection of the pool.
@@ -231,8 +299,8 @@ class _Batcher:
         self._client = client
         self._pending: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
-        #: Per future: its caller's deadline and whether its command may run twice.
-        self._terms: dict[asyncio.Future[Any], tuple[Deadline, bool]] = {}
+        #: Per reply: its caller's deadline and whether its command may run twice.
+        self._terms: dict[_Reply, tuple[Deadline, bool]] = {}
 
     def _packable(self, conn: Any, batch: list[_Pending]) -> list[_Pending]:
         """The commands of ``batch`` that encode; the others' callers get the error."""
@@ -248,17 +316,14 @@ class _Batcher:
         return kept
 
     def submit(self, args: Any, deadline: Deadline, idempotent: bool,
-               merge: rq.Merge | None = None) -> asyncio.Future[Any]:
+               merge: rq.Merge | None = None) -> _Reply:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        # A caller cancelled meanwhile may never look: mark an error as seen, so asyncio does
-        # not log "exception was never retrieved" (the operation already got Cancelled).
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._pending.append((args, merge, future))
-        self._terms[future] = (deadline, idempotent)
+        reply = _Reply(loop)
+        self._pending.append((args, merge, reply))
+        self._terms[reply] = (deadline, idempotent)
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
-        return future
+        return reply
 
     async def _flush(self) -> None:
         pool = self._client.connection_pool
@@ -266,8 +331,8 @@ class _Batcher:
             conn = await pool.get_connection()
         except BaseException as exc:
             self._fail(self._pending, exc)
-            for _, _, future in self._pending:
-                self._terms.pop(future, None)
+            for _, _, reply in self._pending:
+                self._terms.pop(reply, None)
             self._pending, self._flusher = [], None
             if not isinstance(exc, Exception):
                 raise
@@ -294,7 +359,7 @@ class _Batcher:
 
         async def once() -> None:
             replies.clear()
-            await conn.send_packed_command(packed, check_health=False)
+            await _send(conn, packed)
             for _ in sends:
                 try:
                     replies.append(await conn.read_response())
@@ -303,7 +368,7 @@ class _Batcher:
 
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
-        terms = [self._terms.pop(future) for _, _, future in batch]
+        terms = [self._terms.pop(reply) for _, _, reply in batch]
         CURRENT.set(max((d for d, _ in terms), key=lambda d: d.at))
         RETRY_TIMEOUTS.set(all(idempotent for _, idempotent in terms))
         try:
@@ -317,53 +382,46 @@ class _Batcher:
     @staticmethod
     def _fail(batch: list[_Pending], exc: BaseException) -> None:
         error = exc if isinstance(exc, Exception) else RedisConnectionError(str(exc))
-        for _, _, future in batch:
-            if not future.done():
-                future.set_exception(error)
+        for _, _, reply in batch:
+            reply.set(None, error)
 
 
-_Pending = tuple[Any, "rq.Merge | None", "asyncio.Future[Any]"]
+_Pending = tuple[Any, "rq.Merge | None", _Reply]
 
 
 class _Send:
     """One command of a batch on the wire: a submitted command, or several merged ones (their
-    futures and item counts, in the order their items were joined)."""
+    replies and item counts, in the order their items were joined)."""
 
-    __slots__ = ("args", "futures", "items", "merge")
+    __slots__ = ("args", "items", "merge", "replies")
 
-    def __init__(self, args: Any, future: asyncio.Future[Any], merge: rq.Merge | None) -> None:
+    def __init__(self, args: Any, reply: _Reply, merge: rq.Merge | None) -> None:
         self.args = args
         self.merge = merge
-        self.futures = [future]
+        self.replies = [reply]
         self.items = [0 if merge is None else (len(args) - merge.head) // merge.per_item]
 
-    def join(self, args: Any, future: asyncio.Future[Any], items: int) -> None:
-        if len(self.futures) == 1:
+    def join(self, args: Any, reply: _Reply, items: int) -> None:
+        if len(self.replies) == 1:
             self.args = list(self.args)
         self.args += args[self.merge.head:]  # type: ignore[union-attr]
-        self.futures.append(future)
+        self.replies.append(reply)
         self.items.append(items)
 
-    def settle(self, reply: Any) -> None:
-        """Hand each future its reply (its own part of a merged one), or the error."""
-        if len(self.futures) == 1 or isinstance(reply, Exception):
-            for future in self.futures:
-                if not future.done():
-                    _set(future, reply)
+    def settle(self, answer: Any) -> None:
+        """Hand each caller its reply (its own part of a merged one), or the error."""
+        if isinstance(answer, Exception):
+            for reply in self.replies:
+                reply.set(None, answer)
+            return
+        if len(self.replies) == 1:
+            self.replies[0].set(answer)
             return
         shared = self.merge.shared  # type: ignore[union-attr]
-        head, at = list(reply[:shared]), shared
-        for future, n in zip(self.futures, self.items, strict=True):
-            if not future.done():
-                future.set_result(head + list(reply[at:at + n]))
+        head, at = list(answer[:shared]), shared
+        for reply, n in zip(self.replies, self.items, strict=True):
+            reply.set(head + list(answer[at:at + n]))
             at += n
-
-
-def _set(future: asyncio.Future[Any], reply: Any) -> None:
-    if isinstance(reply, Exception):
-        future.set_exception(reply)
-    else:
-        future.set_result(reply)
 
 
 def _joined(batch: list[_Pending]) -> list[_Send]:
@@ -371,17 +429,17 @@ def _joined(batch: list[_Pending]) -> list[_Send]:
     to their Merge's limit of items each); the rest as they are, in order."""
     sends: list[_Send] = []
     open_: dict[tuple[Any, ...], _Send] = {}
-    for args, merge, future in batch:
+    for args, merge, reply in batch:
         if merge is None:
-            sends.append(_Send(args, future, None))
+            sends.append(_Send(args, reply, None))
             continue
         head = tuple(args[:merge.head])
         items = (len(args) - merge.head) // merge.per_item
         send = open_.get(head)
         if send is not None and sum(send.items) + items <= merge.limit:
-            send.join(args, future, items)
+            send.join(args, reply, items)
         else:
-            send = open_[head] = _Send(args, future, merge)
+            send = open_[head] = _Send(args, reply, merge)
             sends.append(send)
     return sends
 
