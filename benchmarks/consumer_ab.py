@@ -9,10 +9,11 @@ process that drains ``N`` due messages three ways, back to back:
   tables 2 and 8);
 * ``async``: the same loop in one asyncio task (``await pop(500)`` / ``await ack_many``);
 * ``worker``: ``dynoqueue.asyncio.Worker(queue, no-op handler, concurrency=16)``, timed from
-  its start to the last handler call (``--worker-sync`` adds the sync ``Worker(concurrency=1)``).
+  its start until the queue holds nothing waiting or leased (the last ack), as table 8 times it
+  (``--worker-sync`` adds the sync ``Worker(concurrency=1)``).
 
 It prints, per tree, the medians over the rounds of msgs/s, process CPU us/msg
-(``time.process_time``) and Redis script time us/msg (``INFO commandstats``, evalsha), and the
+(``time.process_time``; and its minimum) and Redis script time us/msg (``INFO commandstats``, evalsha), and the
 ratios ``async / sync`` and ``worker / sync`` taken within each process (so within seconds of
 each other): on a shared machine the ratios and CPU figures are the ones to compare.
 """
@@ -30,7 +31,7 @@ from typing import Any
 
 #: The child: measures one tree (its dynoqueue is first on sys.path) and prints JSON.
 CHILD = r'''
-import asyncio, json, sys, time, threading
+import asyncio, gc, json, sys, time, threading
 import redis, redis.asyncio
 from dynoqueue import Message, SingleShardSupplier, RedisQueues as SyncQueues, Worker as SyncWorker
 from dynoqueue.asyncio import RedisQueues, Worker
@@ -73,7 +74,13 @@ def run_sync(mode):
             if done >= n: finished.set()
         t0, c0 = time.perf_counter(), time.process_time()
         worker = SyncWorker(q, handler, concurrency=1)
-        worker.run_in_thread(); finished.wait(); worker.stop(); worker._thread.join()
+        thread = worker.run_in_thread(); finished.wait()
+        while any(s["size"] + s["uacked"] for s in q.shard_sizes().values()):
+            time.sleep(0.0005)  # until the last ack
+        t1, c1 = time.perf_counter(), time.process_time()
+        worker.stop(); thread.join()
+        queues.close(); client.close()
+        return t1 - t0, c1 - c0
     t1, c1 = time.perf_counter(), time.process_time()
     queues.close(); client.close()
     return t1 - t0, c1 - c0
@@ -99,14 +106,22 @@ async def run_async(mode):
         t0, c0 = time.perf_counter(), time.process_time()
         async with Worker(q, handler, concurrency=16) as worker:
             await finished.wait()
+            while any(s["size"] + s["uacked"] for s in (await q.shard_sizes()).values()):
+                await asyncio.sleep(0.0005)  # until the last ack
+            t1, c1 = time.perf_counter(), time.process_time()
             worker.stop()
+        await queues.aclose(); await client.aclose()
+        return t1 - t0, c1 - c0
     t1, c1 = time.perf_counter(), time.process_time()
     await queues.aclose(); await client.aclose()
     return t1 - t0, c1 - c0
 
 out = {}
 for mode in modes:
+    mode, _, collect = mode.partition("+")
     fill()
+    if collect:
+        gc.collect()
     s0 = script_us()
     wall, cpu = run_sync(mode) if mode in ("sync", "worker_sync") else asyncio.run(run_async(mode))
     out[mode] = {"rate": n / wall, "cpu_us": cpu / n * 1e6, "server_us": (script_us() - s0) / n}
@@ -129,8 +144,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--worker-sync", action="store_true",
                         help="also measure the sync Worker(concurrency=1)")
+    parser.add_argument("--gc", action="store_true",
+                        help="gc.collect() before each measurement (default: as it comes)")
     args = parser.parse_args()
     modes = ["sync", "async", "worker"] + (["worker_sync"] if args.worker_sync else [])
+    if args.gc:
+        modes = [f"{mode}+gc" for mode in modes]
     from dynoqueue.embedded import single
 
     trees = {"A": args.base, "B": args.new}
@@ -147,12 +166,14 @@ def main() -> None:
     for name, tree in trees.items():
         rows = results[name]
         print(f"{name} = {tree}")
-        for mode in modes:
+        for mode in (m.partition("+")[0] for m in modes):
             cells = []
             for key, fmt in (("rate", "{:,.0f} msgs/s"), ("cpu_us", "cpu {:.2f} us/msg"),
                              ("server_us", "server {:.2f} us/msg")):
                 values = [r[mode][key] for r in rows]
                 cells.append(fmt.format(statistics.median(values)))
+                if key == "cpu_us":  # the least disturbed by other processes
+                    cells[-1] += f" (min {min(values):.2f})"
             line = f"  {mode:12s} " + ", ".join(cells)
             if mode != "sync":
                 ratios = [r[mode]["rate"] / r["sync"]["rate"] for r in rows]
