@@ -13,9 +13,10 @@ process that drains ``N`` due messages three ways, back to back:
   (``--worker-sync`` adds the sync ``Worker(concurrency=1)``).
 
 It prints, per tree, the medians over the rounds of msgs/s, process CPU us/msg
-(``time.process_time``; and its minimum) and Redis script time us/msg (``INFO commandstats``, evalsha), and the
-ratios ``async / sync`` and ``worker / sync`` taken within each process (so within seconds of
-each other): on a shared machine the ratios and CPU figures are the ones to compare.
+(``time.process_time``; and its minimum) and Redis script time us/msg (``INFO commandstats``,
+evalsha), and the ratios ``async / sync`` and ``worker / sync`` taken within each process (so
+within seconds of each other): on a shared machine the ratios and CPU figures are the ones to
+compare.
 """
 
 from __future__ import annotations
