@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
@@ -208,8 +209,14 @@ async def _send(conn: Any, packed: bytes) -> None:
         writer.write(packed)
         if writer.transport.get_write_buffer_size() == 0:  # all on the wire
             return
-        async with asyncio.timeout(conn.socket_timeout):
-            await writer.drain()
+        try:  # the socket is full: wait for it as redis.asyncio would
+            async with asyncio.timeout(conn.socket_timeout):
+                await writer.drain()
+        except (TimeoutError, OSError) as exc:
+            await conn.disconnect(nowait=True)  # a partial write: the connection is spent
+            if isinstance(exc, TimeoutError):
+                raise RedisTimeoutError("Timeout writing to socket") from None
+            raise RedisConnectionError(f"Error writing to socket: {exc}") from exc
         return
     await conn.send_packed_command(packed, check_health=False)
 
