@@ -140,8 +140,9 @@ class RoundTrips:
     """Counts requests that redis-py sends (sync and asyncio): one per command or pipeline.
 
     ``install()`` wraps ``send_packed_command`` of redis-py's sync and asyncio connections,
-    which every command, pipeline and script call goes through, so the count is the number of
-    request/response round trips this process made, whatever library issued them.
+    which every command, pipeline and script call goes through (and dynoqueue.asyncio's batch
+    writes, which bypass it), so the count is the number of request/response round trips this
+    process made, whatever library issued them.
     """
 
     count = 0
@@ -169,6 +170,23 @@ class RoundTrips:
 
         sconn.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
         aconn.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
+        # dynoqueue.asyncio's auto-pipelining writes a batch on a connected socket itself
+        # (dynoqueue.io.aio._send), not through send_packed_command: count those writes too.
+        try:
+            from dynoqueue.io import aio
+        except ImportError:
+            aio = None  # type: ignore[assignment]
+        if aio is not None and hasattr(aio, "_send"):
+            batch_send = aio._send
+
+            async def counted_batch(conn: Any, packed: bytes) -> None:
+                writer = getattr(conn, "_writer", None)
+                if writer is not None and conn.is_connected and not writer.transport.is_closing():
+                    # (else _send falls back to send_packed_command, counted above)
+                    cls.count += 1
+                await batch_send(conn, packed)
+
+            aio._send = counted_batch
         cls._installed = True
 
     @classmethod

@@ -40,7 +40,7 @@ from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.asyncio import Worker as AsyncWorker
 from dynoqueue.embedded import RedisServer
 from dynoqueue.worker import WorkerHooks
-from dynoqueue.worker.engine import Handle, Pop, Wait, WorkerEngine
+from dynoqueue.worker.engine import MAX_PREFETCH, Handle, Pop, Wait, WorkerEngine
 from dynoqueue.worker.outcomes import decide
 from dynoqueue.worker.settings import WorkerSettings
 
@@ -592,4 +592,4 @@ def test_claims_follow_free_handlers_and_prefetch_only_while_busy(
     for slot in slots:  # fast handlers on a busy queue: the next pop prefetches
         slot.send(None)
     pop = claimer.send(None)
-    assert isinstance(pop, Pop) and pop.args[0] == 4 + 100
+    assert isinstance(pop, Pop) and pop.args[0] == 4 + MAX_PREFETCH

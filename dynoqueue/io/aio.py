@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
@@ -232,6 +233,28 @@ async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
     return None, error
 
 
+async def _send(conn: Any, packed: bytes) -> None:
+    """Write ``packed`` on ``conn``. redis.asyncio wraps each write in ``asyncio.wait_for``
+    when the connection has a socket timeout (its default: 5 s), a task and three loop turns
+    per write; a write to a connected socket whose buffer takes it returns at once, so only
+    a write that has to wait for the socket (or a connection to open) goes that way."""
+    writer = getattr(conn, "_writer", None)  # redis.asyncio's StreamWriter, once connected
+    if writer is not None and conn.is_connected and not writer.transport.is_closing():
+        writer.write(packed)
+        if writer.transport.get_write_buffer_size() == 0:  # all on the wire
+            return
+        try:  # the socket is full: wait for it as redis.asyncio would
+            async with asyncio.timeout(conn.socket_timeout):
+                await writer.drain()
+        except (TimeoutError, OSError) as exc:
+            await conn.disconnect(nowait=True)  # a partial write: the connection is spent
+            if isinstance(exc, TimeoutError):
+                raise RedisTimeoutError("Timeout writing to socket") from None
+            raise RedisConnectionError(f"Error writing to socket: {exc}") from exc
+        return
+    await conn.send_packed_command(packed, check_health=False)
+
+
 class _Call:
     """One command submitted to a :class:`_Batcher`: what its caller awaits (``future``) and
     what it got (``reply``, an exception for an error, once ``settled``). A caller cancelled
@@ -373,7 +396,7 @@ class _Batcher:
 
         async def once() -> None:
             replies.clear()
-            await conn.send_packed_command(packed, check_health=False)
+            await _send(conn, packed)
             for _ in sends:
                 try:
                     replies.append(await conn.read_response())

@@ -14,6 +14,11 @@ from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
 from .engine import ROLES, Call, Handle, Phase, Pop, Program, Step, Wait
 
+#: A slot task lets the loop run after this many handlers in a row (see Worker._drive), and
+#: this many times in a row after the claimer or the finisher was woken.
+YIELD_EVERY = 32
+NUDGE_TURNS = 3
+
 
 class Worker(WorkerBase):
     """The asyncio twin of :class:`dynoqueue.Worker`: the same arguments, defaults, outcomes
@@ -49,7 +54,8 @@ class Worker(WorkerBase):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._seen = 0
-        self._answers: dict[type, Any] = {Handle: self._handle, Wait: self._wait,
+        self._nudge = 0  # loop turns slots still owe a woken program (see _ring)
+        self._answers: dict[type, Any] = {Wait: self._wait,
                                           Pop: self._pop, Call: self._call}
 
     async def run(self) -> None:
@@ -121,9 +127,32 @@ class Worker(WorkerBase):
 
     async def _drive(self, program: Program) -> None:
         step = Step(program)
+        handler, streak = self.handler, 0
         try:
             while step.pending:
-                reply, error = await self._answer(step.request)
+                request = step.request
+                if type(request) is Handle:
+                    try:  # no coroutine of the worker's own per message
+                        await handler(request.message)
+                    except asyncio.CancelledError as exc:
+                        if _cancelling():  # this worker cancels it: the shutdown deadline
+                            raise
+                        step.send(exc)  # raised by the handler itself: a failure
+                    except Exception as exc:
+                        step.send(exc)
+                    else:
+                        step.send(None)
+                    # Handlers that never wait would keep this task running message after
+                    # message: let the loop run (the claim, the acks, the other tasks) every
+                    # few handlers, so a pop goes out while the rest of the batch still runs.
+                    streak += 1
+                    if self._nudge or streak >= YIELD_EVERY:
+                        self._nudge = max(0, self._nudge - 1)
+                        streak = 0
+                        await asyncio.sleep(0)
+                    continue
+                streak = 0
+                reply, error = await self._answer(request)
                 step.send(reply, error)
         except Exception as exc:  # a bug: run() raises it after stopping
             self._failed(exc)
@@ -137,27 +166,17 @@ class Worker(WorkerBase):
     async def _call(self, request: Call) -> Any:
         return await request.on(self.queue)
 
-    async def _handle(self, request: Handle) -> BaseException | None:
-        try:
-            await self.handler(request.message)
-        except asyncio.CancelledError as exc:
-            if _cancelling():  # this worker cancels it: the shutdown deadline passed
-                raise
-            return exc  # raised by the handler itself: a failure like any other
-        except Exception as exc:
-            return exc
-        return None
-
     async def _wait(self, request: Wait) -> None:
         if self._engine.epoch(request.role) != request.epoch:
             return
         if request.role == "slots":  # woken one at a time (see _ring)
+            # No timer per wait (a slot waits once per batch of messages): a ring always
+            # reaches a waiting slot here, and the finisher rings the slots at least every
+            # RECHECK_S while messages wait for them (WorkerEngine._finisher_work).
             waiter = asyncio.get_running_loop().create_future()
             self._idle.append(waiter)
             try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(request.timeout_s):
-                        await waiter
+                await waiter
             finally:
                 if not waiter.done():
                     waiter.cancel()
@@ -194,7 +213,13 @@ class Worker(WorkerBase):
                     if one:
                         return
             return
-        self._events[role].set()
+        event = self._events[role]
+        if not event.is_set():
+            event.set()
+            # The woken program needs a few loop turns to put its pop or acks on the wire
+            # (its task, the queue's task, the write): slots running handlers that never wait
+            # yield that many times (see _drive).
+            self._nudge = NUDGE_TURNS
         if role == "stop":
             self._stopping.set()
             if self._popping is not None:

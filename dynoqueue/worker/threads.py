@@ -36,7 +36,9 @@ class Worker(WorkerBase):
     - Claims: it pops only what its free handlers can start, in one pop, and returns from a
       waiting pop as soon as one message is due (``pop(..., min_count=1)``: a few ms after it
       falls due). While the queue stays busy and handlers are fast, it also holds what they
-      will start within 100 ms (at most 100 more, heartbeats keep their leases).
+      will start within 100 ms (at most 500 more, heartbeats keep their leases).
+    - Acks go in batches (``ack_many``): while handlers still have claimed messages to start,
+      up to 100 outcomes or 20 ms; at once when all claimed messages have started.
     - Shutdown, on :meth:`stop` or SIGTERM/SIGINT (handled only when :meth:`run` runs in the
       main thread): no new pops; messages leased but not started are given back at once
       (``release``: due at once, the delivery not counted); running handlers get
