@@ -405,6 +405,21 @@ def test_lifecycle_data_never_outlives_a_message_a_java_client_acked(make, raw) 
     assert not raw.hexists(q.keys.life, "j")
 
 
+def test_born_entries_never_outlive_a_message_a_java_client_removed(make, raw) -> None:
+    # Waiting messages with a TTL have a born entry and no record: the sweep drops the born
+    # entries (and TTL entries) of the ones a Java client removed, and only those.
+    q = make(QueuePolicy(message_ttl_ms=3_600_000))
+    q.push([Message(f"j{i}") for i in range(5)])
+    assert raw.hlen(q.keys.born) == 5 and raw.exists(q.keys.life) == 0
+    for i in range(3):  # what the Java client's remove does
+        raw.zrem(q.keys.queue_shard("a"), f"j{i}")
+        raw.hdel(q.keys.message_hash, f"j{i}")
+    q.process_unacks()
+    assert sorted(as_str(k) for k in raw.hkeys(q.keys.born)) == ["j3", "j4"]
+    assert raw.zcard(q.keys.expiry) == 2
+    assert q.info("j4").expires_at_ms is not None
+
+
 def test_the_stored_policy_must_match_every_process(make_queues, clock) -> None:
     name = unique("policy")
     first = make_queues(shard_supplier=SingleShardSupplier("a")).get(
