@@ -71,6 +71,8 @@ if life_cursor == '0' and born_cursor == '0' then redis.call('DEL', k.sweep)
 else redis.call('SET', k.sweep, life_cursor .. ':' .. born_cursor) end
 if redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 if has_groups(k) then
-  scan(k.groupof, k.gsweep, function(id) group_leave(k, id) end)
+  local cursor = scan(k.groupof, redis.call('GET', k.gsweep) or '0',
+                      function(id) group_leave(k, id) end)
+  if cursor == '0' then redis.call('DEL', k.gsweep) else redis.call('SET', k.gsweep, cursor) end
 end
 return {expired, dead_ttl, ended_dropped, dead_dropped, orphans, more}
