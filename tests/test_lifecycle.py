@@ -120,22 +120,52 @@ def test_a_large_claim_keeps_its_records_in_a_hash_table_and_no_key_outlives_the
 
 def test_records_with_limits_are_text_and_keep_every_field_through_claims(make, raw,
                                                                            clock) -> None:
-    # A record with its own max deliveries and TTL, an error text and claims is stored as
-    # text ("d:c:e:m:t:l"), not JSON: claims and acks read it with string.match.
+    # The push-time fields (enqueued at, own max deliveries and TTL) are a born entry
+    # ("e:m:t"); the record holds the deliveries, receipt and error text ("d:c" or
+    # "d:c:::" + ":l"), made at the first claim. Claims and acks read it with string.match.
     q = make(QueuePolicy(message_ttl_ms=60_000))
     q.push([Message("m", max_deliveries=4, ttl_ms=30_000), Message("p")])
     pushed_at = clock.now_ms
-    stored = as_str(raw.hget(q.keys.life, "m"))
-    assert stored == f"::{pushed_at}:4:30000" and as_str(raw.hget(q.keys.life, "p")) == (
-        f"::{pushed_at}::")
+    assert as_str(raw.hget(q.keys.born, "m")) == f"{pushed_at}:4:30000"
+    assert as_str(raw.hget(q.keys.born, "p")) == f"{pushed_at}::"
+    assert raw.exists(q.keys.life) == 0
     (first,) = q.pop(1)
+    assert as_str(raw.hget(q.keys.life, first.id)) == first.receipt
     assert q.nack(first.id, receipt=first.receipt, error="boom: 1:2\nx") is True
     (second,) = q.pop(1)
-    assert as_str(raw.hget(q.keys.life, "m")).startswith(f"{second.receipt}:{pushed_at}:4:")
+    assert as_str(raw.hget(q.keys.life, "m")) == f"{second.receipt}::::boom: 1:2\nx"
     info = q.info("m")
     assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms, info.last_error) == (
         2, 4, pushed_at, "boom: 1:2\nx")
     assert not q.ack("m", receipt=first.receipt) and q.ack("m", receipt=second.receipt)
+    assert not raw.hexists(q.keys.born, "m") and not raw.hexists(q.keys.life, "m")
+    q.remove("p")
+    assert raw.exists(q.keys.born) == 0 and raw.exists(q.keys.life) == 0
+
+
+def test_full_text_records_of_older_versions_without_born_entry_still_count(make, raw,
+                                                                             clock) -> None:
+    # An older version kept e, m and t in the record ("d:c:e:m:t", "::e:m:t" from push) and
+    # wrote no born entry: such a message is claimed, nacked up to its own max deliveries and
+    # dead-lettered with those fields; info() reports them.
+    q = make(QueuePolicy(max_deliveries=9))
+    q.push([Message("m"), Message("n")])
+    raw.delete(q.keys.born)
+    raw.hset(q.keys.life, "m", "1:5:7:2:50000")  # one delivery, enqueued at 7, m=2, t=50000
+    raw.hset(q.keys.life, "n", "::7:3:")  # what push wrote
+    info = q.info("m")
+    assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms) == (1, 2, 7)
+    assert q.info("n").max_deliveries == 3 and q.info("n").enqueued_at_ms == 7
+    popped = {m.id: m for m in q.pop(2)}
+    assert (popped["m"].deliveries, popped["n"].deliveries) == (2, 1)
+    assert as_str(raw.hget(q.keys.life, "m")) == f"{popped['m'].receipt}:7:2:50000"
+    assert q.info("n").max_deliveries == 3
+    assert q.nack("m", receipt=popped["m"].receipt, error="late")  # 2 of 2: dead-lettered
+    dead = q.info("m")
+    assert (dead.state, dead.deliveries, dead.max_deliveries, dead.enqueued_at_ms,
+            dead.last_error) == (MessageState.DEAD, 2, 2, 7, "late")
+    assert q.nack("n", receipt=popped["n"].receipt) is True  # 1 of 3: due again
+    assert q.info("n").deliveries == 1 and q.info("n").max_deliveries == 3
 
 
 def test_json_records_of_older_versions_are_still_read(make, raw, clock) -> None:
@@ -373,6 +403,21 @@ def test_lifecycle_data_never_outlives_a_message_a_java_client_acked(make, raw) 
     raw.hdel(q.keys.message_hash, "j")
     q.process_unacks()
     assert not raw.hexists(q.keys.life, "j")
+
+
+def test_born_entries_never_outlive_a_message_a_java_client_removed(make, raw) -> None:
+    # Waiting messages with a TTL have a born entry and no record: the sweep drops the born
+    # entries (and TTL entries) of the ones a Java client removed, and only those.
+    q = make(QueuePolicy(message_ttl_ms=3_600_000))
+    q.push([Message(f"j{i}") for i in range(5)])
+    assert raw.hlen(q.keys.born) == 5 and raw.exists(q.keys.life) == 0
+    for i in range(3):  # what the Java client's remove does
+        raw.zrem(q.keys.queue_shard("a"), f"j{i}")
+        raw.hdel(q.keys.message_hash, f"j{i}")
+    q.process_unacks()
+    assert sorted(as_str(k) for k in raw.hkeys(q.keys.born)) == ["j3", "j4"]
+    assert raw.zcard(q.keys.expiry) == 2
+    assert q.info("j4").expires_at_ms is not None
 
 
 def test_the_stored_policy_must_match_every_process(make_queues, clock) -> None:

@@ -90,7 +90,7 @@ MATCH_PAGE_BYTES = 1 << 20
 #: Searches of pop_msg_with_predicate whose match another consumer took first, before None.
 _MATCH_CLAIM_ATTEMPTS = 5
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
-_FIXED_LIFE_KEYS = 15
+_FIXED_LIFE_KEYS = 16
 #: How many of a shard's earliest ids find_stale_messages checks.
 STALE_CHECK_LIMIT = 1000
 #: Waiting pops re-check this often while the doorbell subscription is down.

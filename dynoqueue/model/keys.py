@@ -50,7 +50,7 @@ SEPARATOR = "."
 #: streaming read, ``P.YOUZAN.INDEX`` of the HTTP server): no queue name has one between dots.
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
-    "EXPIRY", "SWEEP", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
+    "EXPIRY", "SWEEP", "BORN", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
     "SPARK", "YOUZAN"})
 #: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
 #: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in _prelude.lua does.
@@ -195,9 +195,18 @@ class QueueKeys:
 
     @property
     def life(self) -> str:
-        """``P.LIFE.Q``: hash id -> lifecycle record (deliveries, receipt, limits, last error);
-        made at the first delivery, or at push when the message has limits of its own."""
+        """``P.LIFE.Q``: hash id -> lifecycle record (deliveries, receipt, last error; records
+        of older versions also hold the push-time fields that now live in :attr:`born`); made
+        at the first delivery."""
         return self._extra("LIFE")
+
+    @property
+    def born(self) -> str:
+        """``P.BORN.Q``: hash id -> ``"e:m:t"``, what a message was pushed with: enqueued at
+        (epoch ms), its own max deliveries and TTL ms (empty when it has none); written at push
+        only for a message with a TTL or limit, gone with the message. Kept apart from
+        ``P.LIFE.Q`` so a claim neither reads nor rewrites it."""
+        return self._extra("BORN")
 
     @property
     def policy(self) -> str:
@@ -231,7 +240,8 @@ class QueueKeys:
 
     @property
     def sweep_cursor(self) -> str:
-        """``P.SWEEP.Q``: string, where the orphan sweep of ``P.LIFE.Q`` goes on (HSCAN)."""
+        """``P.SWEEP.Q``: string, where the orphan sweeps of ``P.LIFE.Q`` and ``P.BORN.Q`` go on
+        (their HSCAN cursors, ``life:born``)."""
         return self._extra("SWEEP")
 
     # Ordering keys (docs/semantics.md, "Ordering").
@@ -294,14 +304,14 @@ class QueueKeys:
     def lifecycle_keys(self) -> list[str]:
         """What every lifecycle script takes, in this order: message hash, life, policy, dead,
         dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
-        group sweep cursor, group line base (a name, not a key), group waiting counts, then
-        every queue shard, every unack shard, every ready shard (the prelude's
+        group sweep cursor, born, group line base (a name, not a key), group waiting counts,
+        then every queue shard, every unack shard, every ready shard (the prelude's
         ``lifecycle_keys()`` names them). The group lines are not among them: scripts name
         them from the base (same hash tag, so same Cluster slot)."""
         return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
                 self.ended, self.ended_at, self.expiry, self.sweep_cursor,
                 self.group_of, self.group_head, self.group_seq, self.group_sweep_cursor,
-                self.group_line_base, self.group_waiting,
+                self.born, self.group_line_base, self.group_waiting,
                 *self.all_queue_shards, *self.all_unack_shards,
                 *(self.ready_shard(s) for s in self.shards)]
 

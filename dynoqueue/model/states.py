@@ -148,8 +148,12 @@ class DeadLetter:
     died_at_ms: int
 
 
-def decode_record(raw: Any) -> dict[str, Any]:
+def decode_record(raw: Any, born: Any = None) -> dict[str, Any]:
     """A lifecycle, ended or dead record stored by the scripts ({} when absent or unreadable).
+
+    ``born`` is the message's ``P.BORN.Q`` entry (``"e:m:t"`` text, or None): its enqueued at
+    (``e``), own max deliveries (``m``) and TTL (``t``) count when the record holds none of
+    them (records of older versions do; ``with_born`` in ``scripts/_prelude.lua``).
 
     Lifecycle records are stored as text (see ``parse_life`` in ``scripts/_prelude.lua``):
     ``"deliveries:claim_ms"`` when that is all they hold, else
@@ -157,6 +161,22 @@ def decode_record(raw: Any) -> dict[str, Any]:
     followed by ``":last_error"`` when there is one. Ended and dead records, and lifecycle
     records written by older versions, are JSON objects.
     """
+    rec = _decode(raw)
+    if born and not any(rec.get(name) is not None for name in "emt"):
+        text = born.decode() if isinstance(born, bytes) else str(born)
+        match = _BORN_TEXT.fullmatch(text)
+        if match is not None:
+            for name, value in zip("emt", match.groups(), strict=True):
+                if value:
+                    rec[name] = int(value)
+    return rec
+
+
+#: A born entry: e:m:t, absent numbers empty.
+_BORN_TEXT = re.compile(r"([0-9]*):([0-9]*):([0-9]*)")
+
+
+def _decode(raw: Any) -> dict[str, Any]:
     if not raw:
         return {}
     text = raw.decode() if isinstance(raw, bytes) else str(raw)

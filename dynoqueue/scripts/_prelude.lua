@@ -75,18 +75,19 @@ end
 -- ---------------------------------------------------------------------------------- lifecycle
 -- Scripts that take QueueKeys.lifecycle_keys(): message hash, life, policy, dead, dead info,
 -- ended, ended at, expiry, sweep cursor, group of, group head, group sequence, group sweep
--- cursor, group line base (a name: group_line() adds the group), group waiting counts, then
--- n queue zsets, n unack zsets and n ready zsets.
+-- cursor, born, group line base (a name: group_line() adds the group), group waiting counts,
+-- then n queue zsets, n unack zsets and n ready zsets.
 -- (One table constructor: Lua sizes the table for all its fields at once.)
+local FIXED_KEYS = 16
 local function lifecycle_keys()
-  local n = (#KEYS - 15) / 3
+  local n = (#KEYS - FIXED_KEYS) / 3
   return {msg = KEYS[1], life = KEYS[2], policy = KEYS[3], dead = KEYS[4], deadinfo = KEYS[5],
           ended = KEYS[6], endedat = KEYS[7], expiry = KEYS[8], sweep = KEYS[9],
           groupof = KEYS[10], ghead = KEYS[11], gseq = KEYS[12], gsweep = KEYS[13],
-          gline = KEYS[14], gwait = KEYS[15], n = n,
-          queue = function(s) return KEYS[15 + s] end,
-          unack = function(s) return KEYS[15 + n + s] end,
-          ready = function(s) return KEYS[15 + 2 * n + s] end}
+          born = KEYS[14], gline = KEYS[15], gwait = KEYS[16], n = n,
+          queue = function(s) return KEYS[FIXED_KEYS + s] end,
+          unack = function(s) return KEYS[FIXED_KEYS + n + s] end,
+          ready = function(s) return KEYS[FIXED_KEYS + 2 * n + s] end}
 end
 
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
@@ -114,9 +115,13 @@ end
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
 -- is d:c), e enqueued at, m its own max deliveries, t its own TTL, l last error. {} when it has
 -- none. Stored as text, cheap to read and write with string.match: "d:c" when that is all it
--- holds (the common case), else "d:c:e:m:t" with absent numbers left empty (a record from push
--- is "::e::" or "::e:m:t") and ":l" after it when there is an error text (the rest of the
--- string: it may hold colons). Records stored as JSON by older versions still parse.
+-- holds (the common case), else "d:c:e:m:t" with absent numbers left empty and ":l" after it
+-- when there is an error text (the rest of the string: it may hold colons).
+-- e, m and t are written at push to the born hash (k.born, "e:m:t", see with_born), not to the
+-- record: the record holds only per-delivery data and is absent until the first claim, so a
+-- claim neither reads nor rewrites the push-time fields. Records stored by older versions
+-- (JSON, "::e:m:t" from push, "d:c:e:m:t[:l]") still parse, and their e, m, t count when the
+-- record has them (such a message has no born entry).
 local function parse_life(raw)
   if not raw then return {} end
   if string.byte(raw, 1) ~= 123 then  -- not '{': the text form
@@ -145,8 +150,25 @@ end
 local LIFE_PAD, LIFE_PAD_FROM = '\255pad', 64
 local LIFE_PAD_VALUE = '--------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------'
 
+-- rec (parsed) with the push-time fields of its born entry (raw: "e:m:t" or nil) when the
+-- record has none of its own; rec.b marks fields that came from there, so format_life leaves
+-- them out of the record again. Returns rec.
+local function with_born(rec, raw)
+  if raw and rec.e == nil and rec.m == nil and rec.t == nil then
+    local e, m, t = string.match(raw, '^(%d*):(%d*):(%d*)$')
+    if e then
+      rec.e, rec.m, rec.t, rec.b = tonumber(e), tonumber(m), tonumber(t), true
+    end
+  end
+  return rec
+end
+
 local function life_of(k, id)
-  return parse_life(redis.call('HGET', k.life, id))
+  local rec = parse_life(redis.call('HGET', k.life, id))
+  if rec.e == nil and rec.m == nil and rec.t == nil then
+    with_born(rec, redis.call('HGET', k.born, id))
+  end
+  return rec
 end
 
 -- The stored form of a lifecycle record (see parse_life).
@@ -156,19 +178,33 @@ local function life_number(x)
   return string.format('%.0f', x)
 end
 
+-- The stored text of rec, or nil when it holds nothing to store (push-time fields from the
+-- born hash, rec.b, stay there).
 local function format_life(rec)
-  if rec.d and rec.c and rec.e == nil and rec.m == nil and rec.t == nil and rec.l == nil then
+  local e, m, t = rec.e, rec.m, rec.t
+  if rec.b then e, m, t = nil, nil, nil end
+  if rec.d and rec.c and e == nil and m == nil and t == nil and (rec.l == nil or rec.l == '') then
     return string.format('%d:%.0f', rec.d, rec.c)
   end
-  local text = life_number(rec.d) .. ':' .. life_number(rec.c) .. ':' .. life_number(rec.e)
-               .. ':' .. life_number(rec.m) .. ':' .. life_number(rec.t)
+  if rec.d == nil and rec.c == nil and e == nil and m == nil and t == nil
+      and (rec.l == nil or rec.l == '') then
+    return nil
+  end
+  local text = life_number(rec.d) .. ':' .. life_number(rec.c) .. ':' .. life_number(e)
+               .. ':' .. life_number(m) .. ':' .. life_number(t)
   if rec.l ~= nil and rec.l ~= '' then text = text .. ':' .. tostring(rec.l) end
   return text
 end
 
 local function save_life(k, id, rec)
-  if next(rec) == nil then redis.call('HDEL', k.life, id)
-  else redis.call('HSET', k.life, id, format_life(rec)) end
+  local text = format_life(rec)
+  if text == nil then redis.call('HDEL', k.life, id)
+  else redis.call('HSET', k.life, id, text) end
+end
+
+-- The born entry of a message pushed at e with its own max deliveries m and TTL t (nil: none).
+local function save_born(k, id, e, m, t)
+  redis.call('HSET', k.born, id, life_number(e) .. ':' .. life_number(m) .. ':' .. life_number(t))
 end
 
 -- The receipt of a message's current lease, or nil if it was never delivered.
@@ -200,6 +236,13 @@ local HAS_EXPIRY = nil
 local function has_expiry(k)
   if HAS_EXPIRY == nil then HAS_EXPIRY = redis.call('EXISTS', k.expiry) == 1 end
   return HAS_EXPIRY
+end
+
+-- Whether any message of the queue has a born entry: checked once per script call.
+local HAS_BORN = nil
+local function has_born(k)
+  if HAS_BORN == nil then HAS_BORN = redis.call('EXISTS', k.born) == 1 end
+  return HAS_BORN
 end
 
 -- ---------------------------------------------------------------------- strict priority
@@ -506,6 +549,7 @@ local function forget(k, id, s)
   group_leave(k, id)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
+  redis.call('HDEL', k.born, id)
   if has_expiry(k) then redis.call('ZREM', k.expiry, id) end
 end
 
@@ -531,6 +575,7 @@ local function finish(k, p, id, state, now, shard, leased)
   group_leave(k, id, leased)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
+  redis.call('HDEL', k.born, id)
   if has_expiry(k) then redis.call('ZREM', k.expiry, id) end
 end
 

@@ -55,6 +55,7 @@ local function ack_found(s, found)
     end
     redis.call('HDEL', k.msg, unpack(found))
     redis.call('HDEL', k.life, unpack(found))
+    if has_born(k) then redis.call('HDEL', k.born, unpack(found)) end
     if has_expiry(k) then redis.call('ZREM', k.expiry, unpack(found)) end
   end
   acked = acked + #found

@@ -78,7 +78,7 @@ if #ids > 0 then
         d = 1
         record = '1' .. stamp
       elseif string.byte(raw, 2) == 58 and string.byte(raw, 1) == 58 and #raw > 3 then
-        -- "::e:m:t[:l]", written at push: the first delivery (the common case with a TTL)
+        -- "::e:m:t[:l]", written at push by older versions (now a born entry): first delivery
         d = 1
         record = '1' .. stamp .. string.sub(raw, 2)
       elseif string.byte(raw, 1) ~= 123 then  -- text form "d:c" or "d:c:e:m:t[:l]"

@@ -3,7 +3,8 @@
 -- ARGV: [1] now override or '', [2] id
 -- Returns: false if unknown (or its retention ended), else
 --   {state, shard index or 0, json or '', score or '' (waiting: due + priority/100, or the due
---    ms; leased: lease expiry), life record JSON or '', expires at or '', ended/died at or '',
+--    ms; leased: lease expiry), life record (text, with the
+--    born entry's fields) or '', expires at or '', ended/died at or '',
 --    ended/dead record JSON or '', the stored policy's max deliveries}
 -- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED. A grouped message waiting
 -- behind its group's current one is DELAYED or READY by its own due time.
@@ -14,7 +15,10 @@ local json = redis.call('HGET', k.msg, id)
 if json then
   local s, place = where(k, id)
   if not place then return false end
-  local life = redis.call('HGET', k.life, id) or ''
+  -- the record with its born entry's fields, in the record's text form (see parse_life)
+  local rec = life_of(k, id)
+  rec.b = nil
+  local life = format_life(rec) or ''
   local expires = redis.call('ZSCORE', k.expiry, id) or ''
   local score
   local state

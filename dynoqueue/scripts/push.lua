@@ -34,6 +34,9 @@ else
   has_ended = redis.call('EXISTS', k.ended) == 1
   has_dead = redis.call('EXISTS', k.dead) == 1
 end
+-- The same for records and born entries (see the loop).
+local has_life = redis.call('EXISTS', k.life) == 1
+local has_born = redis.call('EXISTS', k.born) == 1
 local out = {now}
 WAITING = {}
 -- Push sequences are taken a block at a time (gaps are harmless: they only order a group).
@@ -86,8 +89,13 @@ for i = 3, #ARGV, 9 do
     end
     local own_max = tonumber(ARGV[i + 6])
     local ttl = tonumber(ARGV[i + 7]) or p.ttl
+    -- Leftovers of an earlier message with this id (a Java client acked or removed it, the
+    -- sweep has not run yet) must not count for this one.
+    if has_life then redis.call('HDEL', k.life, id) end
     if own_max or ttl > 0 then
-      save_life(k, id, {e = now, m = own_max, t = tonumber(ARGV[i + 7])})
+      save_born(k, id, now, own_max, tonumber(ARGV[i + 7]))
+    elseif has_born then
+      redis.call('HDEL', k.born, id)
     end
     if ttl > 0 then
       redis.call('ZADD', k.expiry, due + ttl, id)

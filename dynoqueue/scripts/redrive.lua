@@ -31,7 +31,9 @@ local function redrive_one(id)
   end
   local own_max = tonumber(info.m)
   local ttl = tonumber(info.t) or p.ttl
-  if own_max or ttl > 0 then save_life(k, id, {e = now, m = own_max, t = info.t}) end
+  redis.call('HDEL', k.life, id)  -- deliveries start again
+  if own_max or ttl > 0 then save_born(k, id, now, own_max, tonumber(info.t))
+  else redis.call('HDEL', k.born, id) end
   if ttl > 0 then redis.call('ZADD', k.expiry, due + ttl, id) end
   redis.call('ZREM', k.dead, id)
   redis.call('HDEL', k.deadinfo, id)

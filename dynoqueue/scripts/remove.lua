@@ -17,7 +17,7 @@ for s = 1, k.n do
   removed = removed + redis.call('ZREM', k.queue(s), id) + redis.call('ZREM', k.unack(s), id)
             + redis.call('ZREM', k.ready(s), id)
 end
-removed = removed + redis.call('HDEL', k.life, id)
+removed = removed + redis.call('HDEL', k.life, id) + redis.call('HDEL', k.born, id)
 if has_groups(k) and group_rec(k, id) then
   group_leave(k, id)
   removed = removed + 1

@@ -1,7 +1,7 @@
 -- sweep: the lifecycle upkeep the unack reprocessor runs for each queue, bounded per call:
 -- messages whose TTL ran out end (EXPIRED if never delivered, else dead-lettered "ttl"), retained
 -- ended messages and dead letters past their retention are dropped, and lifecycle records and
--- group places whose message is gone (acked or removed by a Java v1 client) are swept; a group
+-- born entries and group places whose message is gone (acked or removed by a Java v1 client) are swept; a group
 -- whose current message a Java client acked or removed gets its next one.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] most ids to handle per kind (1..1000)
@@ -41,9 +41,11 @@ end
 ended_dropped = drop(k.endedat, k.ended, now - p.ret)
 dead_dropped = drop(k.dead, k.deadinfo, now - p.dret)
 
--- One page per call of each scan; the cursors carry on at the next call.
-local function scan(hash, cursor_key, orphaned)
-  local page = redis.call('HSCAN', hash, redis.call('GET', cursor_key) or '0', 'COUNT', limit)
+-- One page per call of each scan; the cursors carry on at the next call. Records and born
+-- entries share the cursor key, "life cursor:born cursor" (an older version's cursor is a
+-- life cursor alone).
+local function scan(hash, cursor, orphaned)
+  local page = redis.call('HSCAN', hash, cursor, 'COUNT', limit)
   for i = 1, #page[2], 2 do
     local id = page[2][i]
     if id ~= LIFE_PAD and redis.call('HEXISTS', k.msg, id) == 0 then
@@ -51,14 +53,26 @@ local function scan(hash, cursor_key, orphaned)
       orphans = orphans + 1
     end
   end
-  if page[1] == '0' then redis.call('DEL', cursor_key) else redis.call('SET', cursor_key, page[1]) end
+  return page[1]
 end
-scan(k.life, k.sweep, function(id)
+local cursors = redis.call('GET', k.sweep) or '0'
+local life_cursor, born_cursor = string.match(cursors, '^(%d+):(%d+)$')
+if not life_cursor then life_cursor, born_cursor = string.match(cursors, '^%d+$') or '0', '0' end
+life_cursor = scan(k.life, life_cursor, function(id)
   redis.call('HDEL', k.life, id)
+  redis.call('HDEL', k.born, id)
   redis.call('ZREM', k.expiry, id)
 end)
+born_cursor = scan(k.born, born_cursor, function(id)
+  redis.call('HDEL', k.born, id)
+  redis.call('ZREM', k.expiry, id)
+end)
+if life_cursor == '0' and born_cursor == '0' then redis.call('DEL', k.sweep)
+else redis.call('SET', k.sweep, life_cursor .. ':' .. born_cursor) end
 if redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 if has_groups(k) then
-  scan(k.groupof, k.gsweep, function(id) group_leave(k, id) end)
+  local cursor = scan(k.groupof, redis.call('GET', k.gsweep) or '0',
+                      function(id) group_leave(k, id) end)
+  if cursor == '0' then redis.call('DEL', k.gsweep) else redis.call('SET', k.gsweep, cursor) end
 end
 return {expired, dead_ttl, ended_dropped, dead_dropped, orphans, more}

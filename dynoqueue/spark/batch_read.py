@@ -3,9 +3,9 @@
 ``partitions()`` runs in a Python worker of the driver; ``read()`` in executor tasks, each of
 which opens its own connection (redis-py clients cannot be pickled) and closes it before it
 returns. Besides each message's zset entry and stored JSON, a row carries its lifecycle: the
-state by Camellia's name, the delivery count, the limit and last error of its ``P.LIFE.Q``
-record and its TTL expiry from ``P.EXPIRY.Q``, all read in one pipelined round trip per
-chunk of ids.
+state by Camellia's name, the delivery count and last error of its ``P.LIFE.Q`` record, its
+own limit from its ``P.BORN.Q`` entry (or an older version's record) and its TTL expiry from
+``P.EXPIRY.Q``, all read in one pipelined round trip per chunk of ids.
 
 A waiting message lives in exactly one of its shard's queue zset (``P.QUEUE.Q.S``), ready
 zset (``P.READY.Q.S``: due, strict priority) or its ordered group's line (``P.GLINE.Q.G``:
@@ -206,14 +206,16 @@ class DynoQueueReader(DataSourceReader):
                 pipe = conn.pipeline(transaction=False)
                 pipe.hmget(keys.message_hash, ids)
                 pipe.hmget(keys.life, ids)
+                pipe.hmget(keys.born, ids)
                 pipe.zmscore(keys.expiry, ids)
                 with redis_errors("spark_read", keys.message_hash, self.options):
-                    raws, lives, expiries = pipe.execute()
-                for entry, raw, life, expires in zip(chunk, raws, lives, expiries, strict=True):
-                    yield self._row(partition, entry, raw, life, expires)
+                    raws, lives, borns, expiries = pipe.execute()
+                for entry, raw, life, born, expires in zip(chunk, raws, lives, borns, expiries,
+                                                           strict=True):
+                    yield self._row(partition, entry, raw, life, born, expires)
 
     @staticmethod
-    def _row(p: ZsetRange | LineRanges, entry: _Entry, raw: Any, life: Any,
+    def _row(p: ZsetRange | LineRanges, entry: _Entry, raw: Any, life: Any, born: Any,
              expires: float | None) -> tuple[Any, ...]:
         message_id = entry.id
         payload = priority = timeout = None
@@ -232,7 +234,7 @@ class DynoQueueReader(DataSourceReader):
             state = _LEASED
         else:  # due once due < now + 1, as the claim scripts and info() decide
             state = _READY if entry.due_ms < p.now_ms + 1 else _DELAYED
-        rec = decode_record(life)
+        rec = decode_record(life, born)
         own_max = rec.get("m")
         max_deliveries = int(own_max) if own_max is not None else (p.policy_max_deliveries
                                                                    or None)
