@@ -16,10 +16,12 @@ local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local mode = ARGV[2]
 -- Ended and dead records of a pushed id are dropped; most queues have none, so look once (and
--- at the groups and the stored policy too: for a queue with none of them, the usual case, one
--- EXISTS answers all four, and there is no policy to read).
-local has_ended, has_dead = false, false
-local found, stored = redis.call('EXISTS', k.ended, k.dead, k.groupof, k.policy), 0
+-- at the groups, the stored policy, the records and the born entries too: for a queue with none
+-- of them, the usual case for a producer, one EXISTS answers all six, and there is no policy
+-- to read).
+local has_ended, has_dead, has_life, has_born = false, false, false, false
+local found = redis.call('EXISTS', k.ended, k.dead, k.groupof, k.policy, k.life, k.born)
+local stored = 0
 local p
 if found == 0 then
   p = policy_from(nil)
@@ -33,10 +35,10 @@ if found == stored then
 else
   has_ended = redis.call('EXISTS', k.ended) == 1
   has_dead = redis.call('EXISTS', k.dead) == 1
+  -- records and born entries: leftovers of an earlier message with a pushed id (see the loop)
+  has_life = redis.call('EXISTS', k.life) == 1
+  has_born = redis.call('EXISTS', k.born) == 1
 end
--- The same for records and born entries (see the loop).
-local has_life = redis.call('EXISTS', k.life) == 1
-local has_born = redis.call('EXISTS', k.born) == 1
 local out = {now}
 WAITING = {}
 -- Push sequences are taken a block at a time (gaps are harmless: they only order a group).
