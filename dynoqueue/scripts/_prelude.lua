@@ -226,6 +226,35 @@ local function leased(k, id, receipt)
   return nil, nil
 end
 
+-- Whether raw, a message's stored lifecycle record (nil: none), is the lease of receipt want
+-- (non-empty). A record's text form starts with its receipt (d:c), so that part is compared;
+-- a JSON record of an older version is parsed.
+local function record_has_receipt(raw, want)
+  return raw ~= nil and raw ~= false and (raw == want or string.match(raw, '^%d+:%d+') == want
+    or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == want))
+end
+
+-- ids (with their receipts, in step) split by one ZMSCORE of shard s's unack zset: those leased
+-- there and their receipts, then the others and theirs (the next shard's to look at). Counts
+-- are kept by hand: t[#t + 1] costs a length lookup per message.
+local function split_leased(k, s, ids, receipts)
+  local scores = redis.call('ZMSCORE', k.unack(s), unpack(ids))
+  local here, want, rest, rest_receipts = {}, {}, {}, {}
+  local nh, nr = 0, 0
+  for i, id in ipairs(ids) do
+    if scores[i] then
+      nh = nh + 1
+      here[nh] = id
+      want[nh] = receipts[i]
+    else
+      nr = nr + 1
+      rest[nr] = id
+      rest_receipts[nr] = receipts[i]
+    end
+  end
+  return here, want, rest, rest_receipts
+end
+
 local function max_deliveries(rec, p)
   return tonumber(rec.m) or p.max
 end

@@ -62,31 +62,15 @@ local function ack_found(s, found)
 end
 
 -- With receipts: an id counts where it is leased (one shard) and its lease's receipt matches.
--- A record's text form starts with the receipt (d:c), so comparing that part is enough.
 for s = 1, k.n do
   if #tagged == 0 then break end
-  local scores = redis.call('ZMSCORE', k.unack(s), unpack(tagged))
-  local here, want, rest, rest_receipts = {}, {}, {}, {}
-  local nh, nr = 0, 0
-  for i, id in ipairs(tagged) do
-    if scores[i] then
-      nh = nh + 1
-      here[nh] = id
-      want[nh] = receipts[i]
-    else
-      nr = nr + 1
-      rest[nr] = id
-      rest_receipts[nr] = receipts[i]
-    end
-  end
-  if nh > 0 then
+  local here, want, rest, rest_receipts = split_leased(k, s, tagged, receipts)
+  if #here > 0 then
     local lives = redis.call('HMGET', k.life, unpack(here))
     local found, done = {}, {}
     local nf = 0
     for i, id in ipairs(here) do
-      local raw, w = lives[i], want[i]
-      if raw and not done[id] and (raw == w or string.match(raw, '^%d+:%d+') == w
-          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == w)) then
+      if not done[id] and record_has_receipt(lives[i], want[i]) then
         done[id] = true
         nf = nf + 1
         found[nf] = id

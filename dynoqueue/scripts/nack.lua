@@ -26,25 +26,14 @@ local due_text = string.format('%.0f', due)
 local done = {}
 for s = 1, k.n do
   if #ids == 0 then break end
-  local scores = redis.call('ZMSCORE', k.unack(s), unpack(ids))
-  local here, want, rest, rest_receipts = {}, {}, {}, {}
-  for i, id in ipairs(ids) do
-    if scores[i] then
-      here[#here + 1] = id
-      want[#want + 1] = receipts[i]
-    else
-      rest[#rest + 1] = id
-      rest_receipts[#rest_receipts + 1] = receipts[i]
-    end
-  end
+  local here, want, rest, rest_receipts = split_leased(k, s, ids, receipts)
   if #here > 0 then
     local lives = redis.call('HMGET', k.life, unpack(here))
-    local found, recs, raws = {}, {}, {}
+    local found, raws = {}, {}
     for i, id in ipairs(here) do
       local raw, w = lives[i], want[i]
-      -- as leased(): '' takes any lease; else the record's receipt (its d:c head) must match
-      if not done[id] and (w == '' or (raw and (raw == w or string.match(raw, '^%d+:%d+') == w
-          or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == w)))) then
+      -- as leased(): '' takes any lease; else the record's receipt must match
+      if not done[id] and (w == '' or record_has_receipt(raw, w)) then
         done[id] = true
         found[#found + 1] = id
         raws[#found] = raw
