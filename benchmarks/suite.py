@@ -336,30 +336,32 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
                               "and long polls", serve))
 
     if "ordering" in opts.sections:
-        def order() -> None:
-            try:
-                raw["ordering"] = ordering.ordering(server, opts.ordering_depths,
-                                                    opts.ordering_probe, opts.ordering_groups,
-                                                    opts.runs)
-            except Exception as exc:  # reported in table 10; the other sections still count
-                raw["ordering"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        def order() -> None:  # a failure is reported in table 10
+            _whole_section(raw, "ordering", lambda: ordering.ordering(
+                server, opts.ordering_depths, opts.ordering_probe, opts.ordering_groups,
+                opts.runs))
 
         steps.append(Step(f"ordering: plain/strict/grouped pop+ack at "
                           f"{', '.join(f'{d:,}' for d in opts.ordering_depths)} waiting "
                           f"({opts.runs} runs)", order))
 
     if "lifecycle" in opts.sections:
-        def lifecycle() -> None:
-            try:
-                raw["lifecycle"] = lifecycle_ab.measure(server.url, server.admin,
-                                                        opts.lifecycle_messages,
-                                                        opts.lifecycle_rounds)
-            except Exception as exc:  # reported in table 11; the other sections still count
-                raw["lifecycle"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        def lifecycle() -> None:  # a failure is reported in table 11
+            _whole_section(raw, "lifecycle", lambda: lifecycle_ab.measure(
+                server.url, server.admin, opts.lifecycle_messages, opts.lifecycle_rounds))
 
         steps.append(Step(f"lifecycle: pop+ack (default policy, max_deliveries + TTL), nack "
                           f"with a delay and the pre-lifecycle code, {opts.lifecycle_messages:,}"
                           f" messages x {opts.lifecycle_rounds} rounds", lifecycle))
+
+
+def _whole_section(raw: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> None:
+    """``raw[name] = fn()``; on an error, the error there instead (its table reports it), so
+    the other sections still count."""
+    try:
+        raw[name] = fn()
+    except Exception as exc:
+        raw[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
 def _measure(steps: list[Step], section: dict[str, Any], tag: str, label: str, row: str,

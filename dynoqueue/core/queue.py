@@ -227,8 +227,6 @@ class QueueCore:
             return []
         self._check_open()
         flags = yield from self._push("push", if_exists, batch)
-        if len(batch) == 1:
-            return [batch[0].id] if flags[0] else []
         return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
 
     def ensure(self, message: Message) -> Op[bool]:
@@ -263,10 +261,7 @@ class QueueCore:
             now = first[0][0]
             replies = first + (yield from self._write(
                 operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        if len(replies) == 1:
-            flags = [bool(int(flag)) for flag in replies[0][1:]]
-        else:
-            flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
         self.events(self.name, "pushed", sum(flags))
         return flags
 
@@ -874,14 +869,11 @@ class QueueCore:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     def _validated(self, messages: Iterable[Message]) -> list[Message]:
-        if type(messages) is list or type(messages) is tuple:  # the usual: no ABC checks
-            batch = list(messages)
-        else:
-            batch = validate.listed("push takes a list of Message", messages,
-                                    single=(Message,), error=InvalidMessageError)
+        batch = validate.listed("push takes a list of Message", messages, single=(Message,),
+                                error=InvalidMessageError)
         limit = self.settings.max_payload_bytes
         for message in batch:
-            if type(message) is not Message and not isinstance(message, Message):
+            if not isinstance(message, Message):
                 raise InvalidMessageError(
                     f"push takes Message objects, got {type(message).__name__}: {message!r:.80}")
             message.validate(limit)
@@ -1148,8 +1140,8 @@ class _Claim:
         undecodable: list[str] = []
         late: list[int] = []
         got = 0
-        # One loop per message of a 500-message reply: the receipt and delivery count are set
-        # here rather than through a helper call (see _leased for what they are).
+        # One loop per message of a 500-message reply: the delivery count and the receipt
+        # (deliveries:claim ms, as claim.lua stores it) are set here, not through a helper call.
         for i in range(3, len(result), 4):  # id, json, deliveries, due ms
             try:
                 message = from_json(result[i + 1], shard)
@@ -1185,18 +1177,7 @@ def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]
     pairs: list[str] = []
     add = pairs.append
     for item in items:
-        # The common cases checked inline (ASCII text needs no UTF-8 check; a popped Message
-        # has an ASCII receipt): validate's helpers for anything else.
-        if type(item) is Message:
-            mid, receipt = item.id, item.receipt
-            add(mid if type(mid) is str and mid and mid.isascii()
-                else validate.message_id(mid))
-            add(receipt if type(receipt) is str and receipt and receipt.isascii()
-                else _receipt(receipt))
-        elif type(item) is str and item and item.isascii():
-            add(item)
-            add("")
-        elif isinstance(item, Message):
+        if isinstance(item, Message):
             add(validate.message_id(item.id))
             add(_receipt(item.receipt))
         else:

@@ -90,6 +90,8 @@ def listed(what: str, value: object, *, single: tuple[type, ...] = (),
     mapping, one of ``single`` (one item given alone), a non-iterable or an iterable whose
     iteration fails raises ``error``, whose message starts with ``what`` ("push takes a list
     of Message")."""
+    if type(value) is list or type(value) is tuple:  # the usual: none of the checks below
+        return list(value)
     refused = (str, bytes, bytearray, Mapping, *single)
     if isinstance(value, refused) or not isinstance(value, Iterable):
         raise error(f"{what}, got {type(value).__name__}: {value!r:.80}")
