@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from dynoqueue.embedded import free_port
 
 from .common import PAD, now_ms, percentiles
 
@@ -37,11 +38,6 @@ _START_TIMEOUT_S = 30.0
 HOLD_MS = 5_000
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _cpu_s(pid: int) -> float:

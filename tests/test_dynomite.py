@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from dynoqueue import ConfigurationError, Message, RedisOperationError, RedisQue
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.core.queue import DYNOMITE_RETRY_PAUSES_S
 from dynoqueue.embedded import ENV_DYNOMITE, DynomiteTopology, dynomite, find_dynomite
+from dynoqueue.embedded import server as embedded_server
 from dynoqueue.errors import DynomiteNotFoundError, DynomiteQuorumError, DynomiteStorageError
 
 from .apis import API_NAMES, Bridge
@@ -62,6 +65,33 @@ def test_a_missing_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -
         find_dynomite()
     with pytest.raises(DynomiteNotFoundError):
         DynomiteTopology().start()
+
+
+def test_a_peer_port_taken_before_start_moves_the_ring_to_free_ports(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CI failure this guards: a port picked free was bound by someone else before dynomite
+    # listened on it ("Address already in use"), and the whole topology failed to start.
+    picks: list[int] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+
+        def first_pick_taken() -> int:
+            picks.append(taken if not picks else embedded_server.free_port())
+            return picks[-1]
+
+        # the submodule, not the dynomite() function that shadows its name in the package
+        monkeypatch.setattr(import_module("dynoqueue.embedded.dynomite"), "free_port",
+                            first_pick_taken)
+        with dynomite(ZONES[:2]) as ring:
+            assert taken not in [p for n in ring.nodes for p in (n.port, n.peer_port,
+                                                                  n.stats_port)]
+            assert len(picks) == 2 * 2 * 3  # two nodes, three ports each, picked twice
+            with ring.nodes[0].client() as node:
+                node.set("after-the-move", "1")
+            assert eventually(lambda: all(n.backend.client().get("after-the-move") == b"1"
+                                   for n in ring.nodes))
 
 
 def test_every_write_reaches_every_rack(topology: DynomiteTopology) -> None:

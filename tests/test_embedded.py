@@ -184,6 +184,15 @@ def test_a_port_taken_before_start_is_replaced_by_a_free_one() -> None:
             assert server.client().ping()
 
 
+def test_picked_ports_are_below_the_ephemeral_range() -> None:
+    # A port inside the ephemeral range can become a client connection's source port between
+    # our pick and the server's bind (a CI run lost a Dynomite ring to exactly that).
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    picked = [RedisServer().port for _ in range(50)]
+    assert all(10_000 <= port < low for port in picked)
+    assert len(set(picked)) > 40  # random picks, not one port handed out again and again
+
+
 def test_an_explicit_port_that_is_taken_fails_clearly() -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from dynoqueue import Message, QueuePolicy, RedisQueues, StaticShardSupplier, Worker
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
-from dynoqueue.embedded import RedisServer
+from dynoqueue.embedded import RedisServer, free_port
 from dynoqueue.metrics import (
     QueueMetrics,
     QueueStatsCollector,
@@ -310,9 +309,7 @@ def test_worker_metrics_time_every_handler(redis_server: RedisServer, prefix: st
 
 
 def test_start_http_server_serves_counters_and_gauges(queues: RedisQueues) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     registry = CollectorRegistry()
     start_http_server(port, queues, registry=registry)
     q = queues.get("served")

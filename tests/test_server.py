@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,13 @@ import httpx
 import pytest
 
 from dynoqueue import Message, MessageState, RedisQueues
-from dynoqueue.embedded import RedisServer
+from dynoqueue.embedded import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CAMELLIA = "/camellia/delayQueue"
 FORM = {"Content-Type": "application/x-www-form-urlencoded;charset=utf-8"}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Served:

@@ -63,7 +63,7 @@ from dynoqueue.embedded.dynomite import (
 )
 from dynoqueue.embedded.ring import ZoneRing, zone_ring
 from dynoqueue.embedded.sentinel import RedisSentinel, SentinelRing, sentinel_ring
-from dynoqueue.embedded.server import RedisServer, single
+from dynoqueue.embedded.server import RedisServer, free_port, single
 from dynoqueue.embedded.tls import TlsFiles, make_tls_files
 from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import RedisServerStartError
@@ -85,6 +85,7 @@ __all__ = [
     "dynomite",
     "find_dynomite",
     "find_redis_server",
+    "free_port",
     "make_tls_files",
     "sentinel_ring",
     "single",

@@ -32,10 +32,11 @@ from redis.retry import Retry
 
 from dynoqueue.embedded.server import (
     _LOCALHOST,
+    _PORT_ATTEMPTS,
     RedisServer,
     _die_with_parent,
-    _free_port,
     _tail,
+    free_port,
 )
 from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import DynomiteNotFoundError, InvalidArgumentError, RedisServerStartError
@@ -121,12 +122,21 @@ class DynomiteNode:
         self.token = token
         self.backend = backend
         self.executable = executable
-        self.peer_port = _free_port()
-        self.port = _free_port()
-        self.stats_port = _free_port()
-        self.config_path = directory / f"{rack}-{self.port}.yml"
-        self.log_path = directory / f"{rack}-{self.port}.log"
+        self._directory = directory
         self._process: subprocess.Popen[bytes] | None = None
+        self.new_ports()
+
+    def new_ports(self) -> None:
+        """Pick new free ports (and file names) for a node that is not running."""
+        self.peer_port = free_port()
+        self.port = free_port()
+        self.stats_port = free_port()
+        self.config_path = self._directory / f"{self.rack}-{self.port}.yml"
+        self.log_path = self._directory / f"{self.rack}-{self.port}.log"
+
+    def port_was_taken(self) -> bool:
+        """Whether the node's last start failed because one of its ports was in use."""
+        return "Address already in use" in _tail(self.log_path)
 
     @property
     def host(self) -> str:
@@ -354,9 +364,22 @@ class DynomiteTopology(Topology):
                                                self._directory))
         for node in self.nodes:
             node.backend.start()
-            node.config_path.write_text(self._yaml(node), encoding="utf-8")
-        for node in self.nodes:
-            node.start()
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            for node in self.nodes:
+                node.config_path.write_text(self._yaml(node), encoding="utf-8")
+            try:
+                for node in self.nodes:
+                    node.start()
+                break
+            except RedisServerStartError:
+                # Another process took a port between our pick and dynomite's bind. Every
+                # node's YAML names the others' peer ports, so the whole ring moves.
+                if attempt == _PORT_ATTEMPTS or not any(n.port_was_taken() for n in self.nodes):
+                    raise
+                for node in self.nodes:
+                    node.stop()
+                    node.new_ports()
+                logger.info("a dynomite port was taken; restarting the ring on new ports")
         self.wait_until_replicating()
         logger.info("dynomite up: %d racks x %d nodes, client ports %s (read %s, write %s)",
                     len(self.racks), self.nodes_per_rack, [n.port for n in self.nodes],

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -92,27 +93,52 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
     return preexec
 
 
-def _free_port() -> int:
+def _listening_ports() -> range:
+    """Ports for our servers to listen on: below the kernel's ephemeral range, so that no
+    client connection's source port can take a port between our pick and the server's bind."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768  # Linux's default
+    return range(10_000, max(low, 20_000))
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_LOCALHOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind((_LOCALHOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(offset: int = 0) -> int:
+    """A port on 127.0.0.1 that nothing listens on now, for a server about to be started.
+
+    It lies below the kernel's ephemeral port range (``ip_local_port_range``), so no outgoing
+    connection can take it before the server binds it; only another process that picks ports
+    this way can, and the embedded servers move to a new port when that happens.
+
+    Args:
+        offset: with ``offset > 0``, ``port + offset`` is free too (a cluster bus port).
+
+    Returns:
+        The port number.
+
+    Raises:
+        RedisServerStartError: no free port found in 200 random tries.
+    """
+    ports = _listening_ports()
+    for _ in range(200):
+        port = random.randrange(ports.start, ports.stop - offset)
+        if _bindable(port) and (not offset or _bindable(port + offset)):
+            return port
+    raise RedisServerStartError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def _free_cluster_port() -> int:
-    """A free port p <= 55535 whose cluster bus port p + 10000 is free too."""
-    import random
-
-    for _ in range(200):
-        port = random.randint(20_000, 55_535)
-        try:
-            for candidate in (port, port + 10_000):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.bind((_LOCALHOST, candidate))
-        except OSError:
-            continue
-        return port
-    raise RedisServerStartError("no free port pair (p, p + 10000) for a cluster node")
+    """A free port p whose cluster bus port p + 10000 is free too."""
+    return free_port(offset=10_000)
 
 
 def _requirepass(extra_args: Sequence[str]) -> str | None:
@@ -206,7 +232,7 @@ class RedisServer:
         if username == "" or password == "":
             raise InvalidArgumentError("username and password must not be empty strings")
         self._fixed_port = port is not None
-        self._port = port if port is not None else _free_port()
+        self._port = port if port is not None else free_port()
         self._extra_args = list(extra_args)
         self._replicaof = replicaof
         if executable is not None and os.sep not in executable:
@@ -469,7 +495,7 @@ class RedisServer:
                                 f"redis-server could not bind port {self.port}: address in use "
                                 f"(tried {attempts} port(s)).\n{self._log_tail()}"
                             ) from None
-                        old_port, self._port = self._port, _free_port()
+                        old_port, self._port = self._port, free_port()
                         logger.info("port %d was taken, retrying on port %d", old_port, self._port)
             except BaseException:
                 self.stop()  # nothing half-started survives a failed start, not even the directory
