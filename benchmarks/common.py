@@ -38,6 +38,10 @@ class Item:
         now = time.time() * 1000 if now_ms is None else now_ms
         return max(0, round(self.due_ms - now))
 
+    def due_at_ms(self) -> int:
+        """The due time as whole epoch ms (rounded, as :meth:`delay_ms` rounds)."""
+        return round(self.due_ms)
+
 
 def make_item(id: str, due_ms: float) -> Item:
     """An :class:`Item` with its body."""

@@ -247,15 +247,15 @@ def tables(results: dict[str, Any]) -> list[Table]:
                "(negative = delivered early); idle = the waiting consumer's own cost on the "
                f"server over {opts['idle_s']:g} s with nothing due (commands incl. those inside "
                "Lua; reads = client requests)",
-               f"producers send bulk calls of {LATENESS_CHUNK} messages, computing each delay "
-               "just before the call"]
+               f"producers send bulk calls of {LATENESS_CHUNK} messages, with due times "
+               "stamped on the client (dynoqueue: due_at_ms) or each delay computed just "
+               "before the call where the library takes only delays"]
     offsets = [f"{lib} {int(mode):,} msgs: {median(entry, 'due_offset_ms'):.2f} ms"
                for lib in libs for mode, entry in late.get(lib, {}).items()
                if "due_offset_ms" in entry]
     if offsets:
-        t.notes.append("dynoqueue counts a delay from the server clock when the push runs; "
-                       "the recorded due time is later than asked by (median, included in "
-                       "its lateness above): " + "; ".join(offsets))
+        t.notes.append("recorded due time - the one asked for (median; the rounding to whole "
+                       "ms, included in the lateness above): " + "; ".join(offsets))
     out.append(t)
 
     depth = results.get("depth")

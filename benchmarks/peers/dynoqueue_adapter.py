@@ -10,7 +10,7 @@ import redis
 
 from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier, Worker
 
-from ..common import Item, now_ms
+from ..common import Item
 from .base import Adapter, OnBatch
 
 #: Messages per push / pop call in the batched modes (dynoqueue's own script batch size).
@@ -36,7 +36,7 @@ class DynoqueueAdapter(Adapter):
                "only due ids; waiting pops sleep until a pub/sub doorbell or the next due time")
     ack = "ack / ack_many: ZREM from the unack zset + HDEL payload, one script per call"
     single_api = "queue.push([Message(id, body, timeout=delay_ms)])"
-    batch_api = f"queue.push(messages), {BATCH} per call"
+    batch_api = f"queue.push(messages), {BATCH} per call, each Message(..., due_at_ms=due)"
     consumer = (f"one thread: pop({BATCH}) or pop(1, wait_ms={IDLE_WAIT_MS}), then "
                 "ack_many(batch)")
 
@@ -57,12 +57,13 @@ class DynoqueueAdapter(Adapter):
         self.client.close()
 
     def enqueue(self, batch: Sequence[Item], batched: bool, chunk: int | None = None) -> None:
-        """Push the items with ``timeout`` = ms until due, in batches of BATCH or one by one."""
+        """Push the items in batches of BATCH, each due at its own due time (``due_at_ms``,
+        stamped on the client as the peers' are), or one by one with ``timeout`` = ms until
+        due (the one-message call as dyno-queues users make it)."""
         if batched:
             size = chunk or BATCH
             for i in range(0, len(batch), size):
-                now = now_ms()
-                self.q.push([Message(item.id, item.body, timeout=item.delay_ms(now))
+                self.q.push([Message(item.id, item.body, due_at_ms=item.due_at_ms())
                              for item in batch[i:i + size]])
         else:
             for item in batch:
@@ -92,9 +93,10 @@ class DynoqueueAdapter(Adapter):
                 q.ack_many(got)
 
     def due_offset_ms(self, batch: Sequence[Item]) -> float | None:
-        """dynoqueue counts a delay from the server's clock when the push script runs, so the
-        recorded due time (the zset score) is later than the producer's by the time between
-        computing the delay and the script running: median of that offset, in ms."""
+        """Median of (recorded due time, the zset score - the producer's due time), ms. The
+        bulk enqueue stamps due times on the client (``due_at_ms``), so this is the rounding
+        to whole ms only; a ``timeout`` would count from the server's clock when the push
+        script runs, later by the push's own latency."""
         pipe = self.client.pipeline(transaction=False)
         sample = list(batch[:: max(1, len(batch) // 200)])
         for item in sample:

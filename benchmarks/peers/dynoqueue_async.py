@@ -13,7 +13,7 @@ import redis.asyncio
 from dynoqueue import Message, SingleShardSupplier
 from dynoqueue.asyncio import RedisQueues, Worker
 
-from ..common import Item, now_ms
+from ..common import Item
 from .base import AsyncAdapter, OnBatch
 from .dynoqueue_adapter import BATCH, IDLE_WAIT_MS
 
@@ -32,7 +32,7 @@ class AsyncDynoqueueAdapter(AsyncAdapter):
     delayed = "as dynoqueue (the same scripts and keys)"
     ack = "as dynoqueue: await ack_many(batch), one script per call"
     single_api = "await queue.push([Message(id, body, timeout=delay_ms)])"
-    batch_api = f"await queue.push(messages), {BATCH} per call"
+    batch_api = f"await queue.push(messages), {BATCH} per call, each Message(..., due_at_ms=due)"
     consumer = (f"one asyncio task: await pop({BATCH}) or pop(1, wait_ms={IDLE_WAIT_MS}), "
                 "then await ack_many(batch)")
 
@@ -61,8 +61,7 @@ class AsyncDynoqueueAdapter(AsyncAdapter):
         await self.q.push([Message(item.id, item.body, timeout=item.delay_ms())])
 
     async def _enqueue_bulk(self, items: Sequence[Item]) -> None:
-        now = now_ms()
-        await self.q.push([Message(item.id, item.body, timeout=item.delay_ms(now))
+        await self.q.push([Message(item.id, item.body, due_at_ms=item.due_at_ms())
                            for item in items])
 
     def consume(self, on_batch: OnBatch, stop: threading.Event) -> None:

@@ -87,19 +87,28 @@ class Message:
                 payload holds a lone surrogate (not encodable as UTF-8).
             PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
         """
-        # The common message (ASCII id and payload, int timeout and priority in range, no
-        # other field set) passes with a few comparisons; push runs this once per message
-        # on top of the constructor's run. Anything else takes the full checks below.
+        # The common message (ASCII id, payload and group, int fields in range, no shard or
+        # receipt) passes with a few comparisons; push runs this once per message on top of
+        # the constructor's run. Anything else takes the full checks below, which also name
+        # what is wrong.
         id_, payload, timeout, priority = self.id, self.payload, self.timeout, self.priority
+        due, most, ttl, group = self.due_at_ms, self.max_deliveries, self.ttl_ms, self.group
         if (type(id_) is str and type(timeout) is int and type(priority) is int and id_
                 and (payload is None or (type(payload) is str and payload.isascii()
                                          and (max_payload_bytes is None
                                               or len(payload) <= max_payload_bytes)))
                 and 0 <= timeout <= MAX_MS and MIN_PRIORITY <= priority <= MAX_PRIORITY
-                and self.due_at_ms is None and self.max_deliveries is None
-                and self.ttl_ms is None and self.group is None and self.shard is None
-                and self.receipt is None and id_.isascii()):
+                and (due is None or (type(due) is int and 0 <= due <= MAX_EPOCH_MS
+                                     and not timeout))
+                and (most is None or (type(most) is int and 1 <= most <= MAX_COUNT))
+                and (ttl is None or (type(ttl) is int and 1 <= ttl <= MAX_MS))
+                and (group is None or (type(group) is str and group and group.isascii()))
+                and self.shard is None and self.receipt is None and id_.isascii()):
             return
+        self._check_each_field(max_payload_bytes)
+
+    def _check_each_field(self, max_payload_bytes: int | None) -> None:
+        """validate()'s full checks, which name the field that is wrong."""
         if not isinstance(self.id, str) or not self.id:
             raise InvalidMessageError(f"message id must be a non-empty str, got {self.id!r:.80}")
         _utf8_size("id", self.id)
