@@ -140,6 +140,35 @@ def test_calls_on_a_frozen_server_end_by_the_deadline(
         again.close()
 
 
+def test_an_async_write_larger_than_the_socket_buffer_waits_for_it_or_ends_by_the_deadline(
+        bridge: Bridge, server: RedisServer, frozen: Callable[[], None]) -> None:
+    """The asyncio driver writes on the socket itself (dynoqueue.io.aio._send); a write the
+    socket buffer cannot take at once waits for it to drain, as redis.asyncio would: it lands
+    whole while the server reads, and on a frozen server it ends by the deadline and drops the
+    connection, so the server never runs the cut-off command."""
+    prefix = f"h{uuid.uuid4().hex[:8]}"
+    queues = _build("async", bridge, server.url, prefix, unack_handler_interval_ms=0)
+    q = queues.get("big")
+    payload = "p" * (512 * 1024)
+    # 32 MiB in one script call: far more than a loopback socket buffer takes at once.
+    first = [Message(f"first-{i}", payload) for i in range(64)]
+    assert q.push(first) == [m.id for m in first]
+    assert q.size() == 64
+    got = q.get("first-63")
+    assert got is not None and got.payload == payload
+    q.clear()
+
+    frozen()
+    took = _ends_typed("big push", lambda: q.push(
+        [Message(f"cut-{i}", payload) for i in range(64)]), DEADLINE_MS / 1000)
+    os.kill(server.pid or 0, signal.SIGCONT)
+    assert q.size() == 0  # the server dropped the partial command with its connection
+    assert q.push([Message("after", "z")]) == ["after"]
+    assert [m.id for m in q.pop(1, wait_ms=1000)] == ["after"]
+    queues.close()
+    print(f"a 32 MiB push on a frozen server ended after {took:.2f} s")
+
+
 @contextlib.contextmanager
 def _silent_listener(kind: str) -> Iterator[str]:
     """The URL of a local address that never answers. ``accepts``: connections are accepted
