@@ -8,13 +8,18 @@ daemon thread and lets waiting pops block on a condition variable.
 from __future__ import annotations
 
 import contextlib
+import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
@@ -34,6 +39,9 @@ T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 #: Most command heads a pinned connection keeps the wire form of (see _Pin).
 _MAX_HEADS = 256
+#: The kernel times a pinned connection's reads and writes out (see _Pin.adopt): Linux only,
+#: where SO_RCVTIMEO / SO_SNDTIMEO take a struct timeval of two longs.
+_KERNEL_TIMEOUTS = sys.platform.startswith("linux")
 
 
 class SyncDriver:
@@ -118,8 +126,23 @@ class SyncDriver:
         packed = pin.packed(args, head)
 
         def once() -> Any:
-            conn.send_packed_command(packed, check_health=False)
-            return conn.read_response()
+            if conn._sock is not pin.sock and conn._sock is not None:
+                pin.adopt(conn._sock)  # a new socket (the first, or after a reconnect)
+            # The kernel's timeout of a socket set up by _Pin.adopt reads as EAGAIN: raised
+            # as the TimeoutError the socket module's own timeout gives (so that a claim is
+            # not sent again).
+            try:
+                conn.send_packed_command(packed, check_health=False)
+            except RedisConnectionError as exc:
+                if isinstance(exc.__context__, BlockingIOError):
+                    raise RedisTimeoutError("Timeout writing to socket") from exc
+                raise
+            try:
+                return conn.read_response()
+            except RedisConnectionError as exc:
+                if isinstance(exc.__context__, BlockingIOError):
+                    raise RedisTimeoutError("Timeout reading from socket") from exc
+                raise
 
         return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
 
@@ -129,6 +152,8 @@ class SyncDriver:
             pins, self._pins = self._pins, []
         for pool, conn in pins:
             with contextlib.suppress(RedisError, OSError):
+                if conn._sock is not None:  # Python's timeouts again (see _Pin.adopt)
+                    conn._sock.settimeout(conn.socket_timeout)
                 pool.release(conn)
 
     def _pipeline(self, request: rq.Pipeline) -> list[Any]:
@@ -180,12 +205,35 @@ class _Pin:
     command's ``head`` (a script's sha and keys, the same tuple on every call of a queue's
     script) is kept, so a one-message push encodes 11 args instead of 30."""
 
-    __slots__ = ("conn", "heads", "pack")
+    __slots__ = ("conn", "heads", "pack", "sock")
 
     def __init__(self, conn: Any, pack: Callable[[tuple[Any, ...]], bytes] | None) -> None:
         self.conn = conn
         self.pack = pack
         self.heads: dict[int, tuple[tuple[Any, ...], bytes]] = {}
+        #: The connection's socket this pin last set up (adopt), None before any.
+        self.sock: Any = None
+
+    def adopt(self, sock: Any) -> None:
+        """Let the kernel time ``sock``'s reads and writes out instead of Python. A socket
+        with a timeout (``socket_timeout``; redis-py's default is 5 s) makes every send and
+        receive a poll() and then the call: 4 system calls a round trip instead of 2, and
+        ~4 us of client CPU and ~10 us of wall time more per script call (measured, one-message
+        pushes). The same timeout set as SO_RCVTIMEO / SO_SNDTIMEO on a blocking socket holds
+        each call just as long; one that runs out fails with EAGAIN, which the caller turns
+        into redis-py's TimeoutError. Plain TCP and Unix sockets on Linux only (TLS and
+        patched sockets keep Python's timeouts); a socket without a timeout is left as it is.
+        """
+        self.sock = sock
+        timeout = sock.gettimeout()
+        if not _KERNEL_TIMEOUTS or type(sock) is not socket.socket or not timeout:
+            return
+        seconds = int(timeout)
+        micros = int((timeout - seconds) * 1e6)
+        value = struct.pack("ll", seconds, micros if seconds or micros else 1)  # 0 = never
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        sock.settimeout(None)
 
     def packed(self, args: Sequence[Any], head: tuple[Any, ...] | None) -> Any:
         pack = self.pack
