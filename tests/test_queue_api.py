@@ -370,6 +370,16 @@ def test_a_push_rings_only_when_it_makes_a_message_due_earlier(make_queues, raw)
         bell.close()
 
 
+@pytest.mark.deployments("single", "sentinel")
+def test_a_server_that_lost_its_scripts_is_sent_them_again(queue, raw) -> None:
+    """NOSCRIPT (a restart or SCRIPT FLUSH) is answered by sending the script's text, also on
+    the short path of a script call that has run before."""
+    assert queue.push([Message("a")]) == ["a"] and queue.push([Message("b")]) == ["b"]
+    raw.script_flush()
+    assert queue.push([Message("c")]) == ["c"]
+    assert queue.push([Message("d")]) == ["d"] and queue.size() == 4
+
+
 def test_ensure_is_push_if_absent(queue) -> None:
     assert queue.ensure(Message("e", "first")) is True
     assert queue.ensure(Message("e", "second")) is False

@@ -1029,6 +1029,26 @@ class QueueCore:
                                                   idempotent=idempotent),
                                           idempotent=idempotent))
 
+    def _script_once(self, operation: str, key: str, name: str, keys: list[str],
+                     args: list[Any], merge: Merge | None) -> Op[Any]:
+        """``guarded(operation, key, _script(QUORUM, name, ...))`` of an idempotent write, in
+        one generator instead of three (a one-message push or ack runs through here: each
+        layer costs every call): the command goes out from here, and a failure is handed to
+        that general path at the same point, so it does what it would have done (the script's
+        text after NOSCRIPT, Dynomite's retries, typed errors)."""
+        head = self._call_head(name, keys)
+        try:
+            return (yield Command(QUORUM, (*head, *args),
+                                  merge=None if merge is None else merge.after(len(head)),
+                                  head=head if keys is self._life_keys else None))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            general = guarded(operation, key, self._script(QUORUM, name, keys, args,
+                                                           idempotent=True, merge=merge))
+            general.send(None)  # to its first request: the command that just failed
+            return (yield from _thrown_into(general, exc))
+
     def _read_script(self, name: str, keys: list[str], args: list[Any]) -> Op[Any]:
         """A read-only script on the read connection. On a Cluster that reads from replicas it
         runs as ``EVALSHA_RO`` on a replica of the slot (redis-py would send EVALSHA to the
@@ -1067,6 +1087,9 @@ class QueueCore:
         quorum = self.settings.write_quorum if replicate else 0
         if quorum == 0 and len(calls) == 1:
             keys, args = calls[0]
+            if not self.detached and self.server_check.done and self._policy_checked:
+                return [(yield from self._script_once(operation, key, script_name, keys, args,
+                                                      merge))]
             return [(yield from self._guard(operation, key, self._script(
                 QUORUM, script_name, keys, args, idempotent=True, merge=merge)))]
         script = self._scripts[script_name]
@@ -1113,6 +1136,25 @@ class QueueCore:
                 yield Sleep(pause_s)
                 yield RefreshSlots(QUORUM)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _thrown_into(op: Op[Any], error: BaseException) -> Op[Any]:
+    """Run ``op`` (started, waiting at a request) on from there, as ``yield from`` would,
+    with ``error`` raised at that request first."""
+    try:
+        request = op.throw(error)
+        while True:
+            try:
+                reply = yield request
+            except GeneratorExit:
+                op.close()
+                raise
+            except BaseException as exc:  # thrown in by the driver: op's to handle
+                request = op.throw(exc)
+            else:
+                request = op.send(reply)
+    except StopIteration as done:
+        return done.value
 
 
 class _Claim:
