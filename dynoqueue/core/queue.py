@@ -220,14 +220,43 @@ class QueueCore:
     # ----------------------------------------------------------------------------- producing
 
     def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
-        if if_exists not in ("replace", "keep"):
-            raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
-        batch = self._validated(messages)
+        batch = self._push_batch(messages, if_exists)
         if not batch:
             return []
         self._check_open()
         flags = yield from self._push("push", if_exists, batch)
         return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+
+    def push_call(self, messages: Iterable[Message],
+                  if_exists: str = "replace") -> tuple[list[Message], Command | None]:
+        """:meth:`push` without an operation when all it does is one script call (the usual
+        producer's call): the validated batch and that call's command, the first request
+        ``push(batch, if_exists)`` would yield; :meth:`pushed` reads its reply. The command is
+        None when the push needs more (an empty batch, over SCRIPT_BATCH messages, a write
+        quorum, the first call's checks, the queue registry): run ``push(batch, if_exists)``.
+        A driver that fails to send the command throws that error into ``push(batch,
+        if_exists)`` at its first request and runs it on from there (NOSCRIPT, retries and
+        typed errors as always). Raises as :meth:`push` does for bad input or a closed
+        queue."""
+        batch = self._push_batch(messages, if_exists)
+        if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
+                or self.detached or not self.server_check.done or not self._policy_checked
+                or (self.zones is not None and not self.zones.registered(self.name))):
+            return batch, None
+        self._check_open()
+        head = self._call_head("push", self._life_keys)
+        return batch, Command(QUORUM, (*head, *self._push_args(if_exists, batch)),
+                              merge=_PUSH_MERGE.after(len(head)), head=head)
+
+    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
+        """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
+        flags = self._push_flags([reply])
+        return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+
+    def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
+        if if_exists not in ("replace", "keep"):
+            raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
+        return self._validated(messages)
 
     def ensure(self, message: Message) -> Op[bool]:
         (message,) = self._validated([message])
@@ -235,13 +264,24 @@ class QueueCore:
         (pushed,) = yield from self._push("ensure", "ensure", [message])
         return pushed
 
-    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
+    def _push_args(self, mode: str, batch: list[Message]) -> list[Any]:
+        """push.lua's ARGV: now, mode, then 9 per message."""
         args: list[Any] = [self._now_arg(), mode]
         for m in batch:
             args += (m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
                      "" if m.due_at_ms is None else m.due_at_ms,
                      "" if m.max_deliveries is None else m.max_deliveries,
                      "" if m.ttl_ms is None else m.ttl_ms, m.group or "")
+        return args
+
+    def _push_flags(self, replies: list[Any]) -> list[bool]:
+        """Whether each message was pushed, from push.lua's replies; tells the events."""
+        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        self.events(self.name, "pushed", sum(flags))
+        return flags
+
+    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
+        args = self._push_args(mode, batch)
         keys = self._life_keys
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
@@ -261,9 +301,7 @@ class QueueCore:
             now = first[0][0]
             replies = first + (yield from self._write(
                 operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
-        self.events(self.name, "pushed", sum(flags))
-        return flags
+        return self._push_flags(replies)
 
     # ----------------------------------------------------------------------------- consuming
 

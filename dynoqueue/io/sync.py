@@ -82,13 +82,36 @@ class SyncDriver:
         deadline = Deadline(self.call_timeout_s)
         token = CURRENT.set(deadline)
         try:
-            step = rq.Step(op)
-            while step.pending:
-                if not answered_here(step, deadline, self.call_timeout_s):
-                    step.send(*self._outcome(step.request))
-            return step.result  # type: ignore[no-any-return]
+            return self._steps(rq.Step(op), deadline)
         finally:
             CURRENT.reset(token)
+
+    def run_call(self, command: rq.Command, done: Callable[[Any], T],
+                 op: Callable[[], rq.Op[T]]) -> T:
+        """``done(reply)`` of ``command``, sent at once under the call's deadline: an
+        operation that is one command and its decoding, run without the operation's layers
+        (see QueueCore.push_call). If sending it fails, ``op()``, whose first request is that
+        command, gets the error there and runs on (its result, or its error, is the call's).
+        """
+        deadline = Deadline(self.call_timeout_s)
+        token = CURRENT.set(deadline)
+        try:
+            try:
+                reply = self._command(command)
+            except Exception as exc:  # the operation decides, as if it had sent the command
+                step = rq.Step(op())
+                if step.pending:
+                    step.send(None, exc)
+                return self._steps(step, deadline)
+            return done(reply)
+        finally:
+            CURRENT.reset(token)
+
+    def _steps(self, step: rq.Step[T], deadline: Deadline) -> T:
+        while step.pending:
+            if not answered_here(step, deadline, self.call_timeout_s):
+                step.send(*self._outcome(step.request))
+        return step.result  # type: ignore[no-any-return]
 
     def _outcome(self, request: Any) -> tuple[Any, Exception | None]:
         try:
