@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -147,27 +148,8 @@ class SyncDriver:
                 self._pins.append((client.connection_pool, conn))
         conn = pin.conn
         packed = pin.packed(args, head)
-
-        def once() -> Any:
-            if conn._sock is not pin.sock and conn._sock is not None:
-                pin.adopt(conn._sock)  # a new socket (the first, or after a reconnect)
-            # The kernel's timeout of a socket set up by _Pin.adopt reads as EAGAIN: raised
-            # as the TimeoutError the socket module's own timeout gives (so that a claim is
-            # not sent again).
-            try:
-                conn.send_packed_command(packed, check_health=False)
-            except RedisConnectionError as exc:
-                if isinstance(exc.__context__, BlockingIOError):
-                    raise RedisTimeoutError("Timeout writing to socket") from exc
-                raise
-            try:
-                return conn.read_response()
-            except RedisConnectionError as exc:
-                if isinstance(exc.__context__, BlockingIOError):
-                    raise RedisTimeoutError("Timeout reading from socket") from exc
-                raise
-
-        return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+        return conn.retry.call_with_retry(lambda: pin.round_trip(packed),
+                                          lambda _error: conn.disconnect())
 
     def release(self) -> None:
         """Give the connections pinned by threads back to their pools (the factory closes)."""
@@ -175,7 +157,7 @@ class SyncDriver:
             pins, self._pins = self._pins, []
         for pool, conn in pins:
             with contextlib.suppress(RedisError, OSError):
-                if conn._sock is not None:  # Python's timeouts again (see _Pin.adopt)
+                if getattr(conn, "_sock", None) is not None:  # Python's timeouts again (adopt)
                     conn._sock.settimeout(conn.socket_timeout)
                 pool.release(conn)
 
@@ -228,24 +210,51 @@ class _Pin:
     command's ``head`` (a script's sha and keys, the same tuple on every call of a queue's
     script) is kept, so a one-message push encodes 11 args instead of 30."""
 
-    __slots__ = ("conn", "heads", "pack", "sock")
+    __slots__ = ("conn", "direct", "heads", "pack", "sock")
 
     def __init__(self, conn: Any, pack: Callable[[tuple[Any, ...]], bytes] | None) -> None:
         self.conn = conn
         self.pack = pack
         self.heads: dict[int, tuple[tuple[Any, ...], bytes]] = {}
+        #: A connection with its own socket (not a client-side cache's proxy of one).
+        self.direct = isinstance(conn, AbstractConnection)
         #: The connection's socket this pin last set up (adopt), None before any.
         self.sock: Any = None
+
+    def round_trip(self, packed: list[bytes]) -> Any:
+        """Send ``packed`` on the connection and read its reply (redis-py's
+        ``send_packed_command`` and ``read_response``, which a Sentinel connection's checks
+        override), after setting up a new socket of the connection (adopt)."""
+        conn = self.conn
+        if self.direct:
+            sock = conn._sock
+            if sock is not self.sock and sock is not None:
+                self.adopt(sock)  # a new socket: the first, or one after a reconnect
+        # The kernel's timeout of a socket set up by adopt reads as EAGAIN: raised as the
+        # TimeoutError the socket module's own timeout gives (so that a claim is not sent
+        # again).
+        try:
+            conn.send_packed_command(packed, check_health=False)
+        except RedisConnectionError as exc:
+            if isinstance(exc.__context__, BlockingIOError):
+                raise RedisTimeoutError("Timeout writing to socket") from exc
+            raise
+        try:
+            return conn.read_response()
+        except RedisConnectionError as exc:
+            if isinstance(exc.__context__, BlockingIOError):
+                raise RedisTimeoutError("Timeout reading from socket") from exc
+            raise
 
     def adopt(self, sock: Any) -> None:
         """Let the kernel time ``sock``'s reads and writes out instead of Python. A socket
         with a timeout (``socket_timeout``; redis-py's default is 5 s) makes every send and
         receive a poll() and then the call: 4 system calls a round trip instead of 2, and
-        ~4 us of client CPU and ~10 us of wall time more per script call (measured, one-message
-        pushes). The same timeout set as SO_RCVTIMEO / SO_SNDTIMEO on a blocking socket holds
-        each call just as long; one that runs out fails with EAGAIN, which the caller turns
-        into redis-py's TimeoutError. Plain TCP and Unix sockets on Linux only (TLS and
-        patched sockets keep Python's timeouts); a socket without a timeout is left as it is.
+        ~4 us more client CPU per script call (measured, one-message pushes on a busy box).
+        The same timeout set as SO_RCVTIMEO / SO_SNDTIMEO on a blocking socket holds each
+        call just as long; one that runs out fails with EAGAIN, raised as redis-py's
+        TimeoutError (round_trip). Plain TCP and Unix sockets on Linux only (TLS and patched
+        sockets keep Python's timeouts); a socket without a timeout is left as it is.
         """
         self.sock = sock
         timeout = sock.gettimeout()
