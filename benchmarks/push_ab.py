@@ -12,6 +12,9 @@ usec of evalsha/eval, for huey of every command), the load-robust measures.
     python -m benchmarks.push_ab --trees /tmp/old,. --rounds 5
 
 A tree must hold ``benchmarks/workloads.py`` and the adapters (any tree since issue 9 does).
+The ``paired`` case runs the one-per-call pushes of dynoqueue and huey's enqueues in
+alternating blocks of 500 on open connections (a load change then hits both sides of a block
+pair alike) and reports the median per-pair rate ratio; the trees' older harness has none.
 Keep runs short: the defaults take ~10-15 s per child.
 """
 
@@ -67,6 +70,38 @@ def _case(url: str, admin: Any, name: str, n: int, mode: str) -> dict[str, float
     return {"rate": n / wall, "client_us": cpu / n * 1e6, "server_us": server / n}
 
 
+def _paired(url: str, admin: Any, blocks: int = 12, size: int = 500) -> dict[str, float]:
+    """dynoqueue one-per-call pushes and huey enqueues in alternating blocks of ``size`` on
+    open connections: the per-block-pair rate ratio (dynoqueue / huey) follows load changes
+    that fall between the two cases' separate runs. Returns the median ratio and each side's
+    median client CPU per message."""
+    from benchmarks.common import items
+    from benchmarks.peers import load
+
+    admin.flushall()
+    sides: dict[str, Any] = {"dq": load("dynoqueue")(url), "huey": load("huey")(url)}
+    try:
+        for name, adapter in sides.items():
+            adapter.enqueue(items(200, DELAY_MS, prefix=f"w{name}"), False)
+        walls: dict[str, list[float]] = {"dq": [], "huey": []}
+        cpus: dict[str, list[float]] = {"dq": [], "huey": []}
+        for block in range(blocks):
+            order = ("dq", "huey") if block % 2 == 0 else ("huey", "dq")
+            for name in order:
+                batch = items(size, DELAY_MS, prefix=f"p{name}{block}-")
+                cpu, wall = time.process_time(), time.perf_counter()
+                sides[name].enqueue(batch, False)
+                walls[name].append(time.perf_counter() - wall)
+                cpus[name].append((time.process_time() - cpu) / size * 1e6)
+    finally:
+        for adapter in sides.values():
+            adapter.close()
+    return {"ratio": statistics.median(h / d for d, h in zip(walls["dq"], walls["huey"],
+                                                              strict=True)),
+            "dq_client_us": statistics.median(cpus["dq"]),
+            "huey_client_us": statistics.median(cpus["huey"])}
+
+
 def child(url: str) -> dict[str, Any]:
     """Every case once, on the server at ``url``."""
     import redis
@@ -82,13 +117,15 @@ def child(url: str) -> dict[str, Any]:
         "tasks": _case(url, admin, "dynoqueue.asyncio", SIZES["tasks"], "tasks"),
         "bulk": _case(url, admin, "dynoqueue", SIZES["bulk"], "bulk"),
         "abulk": _case(url, admin, "dynoqueue.asyncio", SIZES["bulk"], "bulk"),
+        "paired": _paired(url, admin),
     }
     admin.close()
     return out
 
 
 def _ratios(r: dict[str, Any]) -> dict[str, float]:
-    return {"one/huey": r["one"]["rate"] / r["huey"]["rate"],
+    paired = {"one/huey paired": r["paired"]["ratio"]} if "paired" in r else {}
+    return {**paired, "one/huey": r["one"]["rate"] / r["huey"]["rate"],
             "tasks/one": r["tasks"]["rate"] / r["one"]["rate"],
             "abulk/bulk": r["abulk"]["rate"] / r["bulk"]["rate"]}
 
@@ -120,14 +157,16 @@ def main(argv: list[str] | None = None) -> None:
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 runs[tree].append(result)
                 line = " ".join(f"{k}={v['rate']:,.0f}/{v['client_us']:.1f}us/"
-                                f"{v['server_us']:.1f}us" for k, v in result.items())
+                                f"{v['server_us']:.1f}us" for k, v in result.items()
+                                if k != "paired")
                 ratio = " ".join(f"{k}={v:.2f}x" for k, v in _ratios(result).items())
                 print(f"round {rnd} {os.path.basename(tree)}: {line} | {ratio} "
                       f"load={os.getloadavg()[0]:.2f}", flush=True)
     print("medians (rate msgs/s, client CPU us/msg, server us/msg; ratios per round):")
     for tree, results in runs.items():
         med = {case: {m: statistics.median(r[case][m] for r in results)
-                      for m in ("rate", "client_us", "server_us")} for case in results[0]}
+                      for m in ("rate", "client_us", "server_us")}
+               for case in results[0] if case != "paired"}
         ratios = {k: statistics.median(_ratios(r)[k] for r in results) for k in _ratios(results[0])}
         print(f"  {tree}:")
         for case, v in med.items():

@@ -78,7 +78,12 @@ class DynoQueue(QueueBase):
             RedisOperationError: Redis failed. A batch larger than SCRIPT_BATCH may then be
                 partly stored; pushing it again is safe.
         """
-        return self._run(self._core.push(messages, if_exists))
+        core = self._core
+        batch, command = core.push_call(messages, if_exists)
+        if command is None:
+            return self._run(core.push(batch, if_exists))
+        return self._driver.run_call(command, lambda reply: core.pushed(batch, reply),
+                                     lambda: core.push(batch, if_exists))
 
     def ensure(self, message: Message) -> bool:
         """Push ``message`` only if its id is neither waiting nor leased, atomically.

@@ -321,6 +321,65 @@ def test_push_of_an_existing_id_moves_it(queue, raw) -> None:
     assert total == 3
 
 
+def test_push_of_new_and_existing_ids_in_one_call(queue, raw) -> None:
+    """push.lua stores new ids on its short path and hands a call with an existing id (replace
+    mode) to its general code with nothing written: either way each id ends up stored once,
+    waiting in one shard, with the last payload given for it."""
+    queue.push(local(3))
+    [leased] = queue.pop(1)  # m2, on shard a
+    assert queue.push([Message("n1", "1"), Message("m2", "again"), Message("n2", "2")]) == [
+        "n1", "m2", "n2"]
+    assert queue.push([Message("d", "first"), Message("d", "second")]) == ["d", "d"]
+    assert queue.push([Message("k", "first"), Message("k", "second")], if_exists="keep") == ["k"]
+    assert (queue.get("m2").payload, queue.get("d").payload, queue.get("k").payload) == (
+        "again", "second", "first")
+    assert queue.ack("m2", receipt=leased.receipt) is False  # re-pushed: no longer leased
+    expected = {"m0", "m1", "m2", "n1", "n2", "d", "k"}
+    assert {k.decode() if isinstance(k, bytes) else k
+            for k in raw.hkeys(queue.keys.message_hash)} == expected
+    waiting = [m.decode() if isinstance(m, bytes) else m for key in queue.keys.all_keys()[1:]
+               for m in raw.zrange(key, 0, -1)]
+    assert sorted(waiting) == sorted(expected)
+
+
+@pytest.mark.deployments("single", "ring", "sentinel", "cluster")  # Dynomite: no pub/sub
+def test_a_push_rings_only_when_it_makes_a_message_due_earlier(make_queues, raw) -> None:
+    q = make_queues(shard_supplier=SingleShardSupplier("a")).get(unique())
+    channel = q.keys.doorbell("a")
+    bell = raw.pubsub(ignore_subscribe_messages=True)
+    bell.subscribe(channel)
+
+    def rings() -> int:  # what arrived within 0.2 s (an ignored confirmation reads as None)
+        count, until = 0, time.monotonic() + 0.2
+        while time.monotonic() < until:
+            count += bell.get_message(timeout=0.05) is not None
+        return count
+
+    try:
+        assert rings() == 0  # reads the subscription's confirmation: subscribed from here
+        q.push([Message("later", timeout=60_000)])
+        assert rings() == 1  # the first waiting message
+        q.push([Message("even-later", timeout=120_000)])
+        q.push([Message("b1", timeout=90_000), Message("b2", timeout=100_000)])
+        assert rings() == 0
+        q.push([Message("sooner", timeout=1_000)])
+        assert rings() == 1
+        q.push([Message("c1", timeout=2_000), Message("now1"), Message("now2")])
+        assert rings() == 1  # once per call and shard
+    finally:
+        bell.close()
+
+
+@pytest.mark.deployments("single", "sentinel")
+def test_a_server_that_lost_its_scripts_is_sent_them_again(queue, raw) -> None:
+    """NOSCRIPT (a restart or SCRIPT FLUSH) is answered by sending the script's text, also on
+    the short path of a script call that has run before."""
+    assert queue.push([Message("a")]) == ["a"] and queue.push([Message("b")]) == ["b"]
+    raw.script_flush()
+    assert queue.push([Message("c")]) == ["c"]
+    assert queue.push([Message("d")]) == ["d"] and queue.size() == 4
+
+
 def test_ensure_is_push_if_absent(queue) -> None:
     assert queue.ensure(Message("e", "first")) is True
     assert queue.ensure(Message("e", "second")) is False

@@ -220,14 +220,43 @@ class QueueCore:
     # ----------------------------------------------------------------------------- producing
 
     def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
-        if if_exists not in ("replace", "keep"):
-            raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
-        batch = self._validated(messages)
+        batch = self._push_batch(messages, if_exists)
         if not batch:
             return []
         self._check_open()
         flags = yield from self._push("push", if_exists, batch)
         return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+
+    def push_call(self, messages: Iterable[Message],
+                  if_exists: str = "replace") -> tuple[list[Message], Command | None]:
+        """:meth:`push` without an operation when all it does is one script call (the usual
+        producer's call): the validated batch and that call's command, the first request
+        ``push(batch, if_exists)`` would yield; :meth:`pushed` reads its reply. The command is
+        None when the push needs more (an empty batch, over SCRIPT_BATCH messages, a write
+        quorum, the first call's checks, the queue registry): run ``push(batch, if_exists)``.
+        A driver that fails to send the command throws that error into ``push(batch,
+        if_exists)`` at its first request and runs it on from there (NOSCRIPT, retries and
+        typed errors as always). Raises as :meth:`push` does for bad input or a closed
+        queue."""
+        batch = self._push_batch(messages, if_exists)
+        if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
+                or self.detached or not self.server_check.done or not self._policy_checked
+                or (self.zones is not None and not self.zones.registered(self.name))):
+            return batch, None
+        self._check_open()
+        head = self._call_head("push", self._life_keys)
+        return batch, Command(QUORUM, (*head, *self._push_args(if_exists, batch)),
+                              merge=_PUSH_MERGE.after(len(head)), head=head)
+
+    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
+        """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
+        flags = self._push_flags([reply])
+        return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+
+    def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
+        if if_exists not in ("replace", "keep"):
+            raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
+        return self._validated(messages)
 
     def ensure(self, message: Message) -> Op[bool]:
         (message,) = self._validated([message])
@@ -235,13 +264,24 @@ class QueueCore:
         (pushed,) = yield from self._push("ensure", "ensure", [message])
         return pushed
 
-    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
+    def _push_args(self, mode: str, batch: list[Message]) -> list[Any]:
+        """push.lua's ARGV: now, mode, then 9 per message."""
         args: list[Any] = [self._now_arg(), mode]
         for m in batch:
             args += (m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
                      "" if m.due_at_ms is None else m.due_at_ms,
                      "" if m.max_deliveries is None else m.max_deliveries,
                      "" if m.ttl_ms is None else m.ttl_ms, m.group or "")
+        return args
+
+    def _push_flags(self, replies: list[Any]) -> list[bool]:
+        """Whether each message was pushed, from push.lua's replies; tells the events."""
+        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
+        self.events(self.name, "pushed", sum(flags))
+        return flags
+
+    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[bool]]:
+        args = self._push_args(mode, batch)
         keys = self._life_keys
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
@@ -261,9 +301,7 @@ class QueueCore:
             now = first[0][0]
             replies = first + (yield from self._write(
                 operation, "push", [(keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        flags = [bool(int(flag)) for reply in replies for flag in reply[1:]]
-        self.events(self.name, "pushed", sum(flags))
-        return flags
+        return self._push_flags(replies)
 
     # ----------------------------------------------------------------------------- consuming
 
@@ -1029,6 +1067,26 @@ class QueueCore:
                                                   idempotent=idempotent),
                                           idempotent=idempotent))
 
+    def _script_once(self, operation: str, key: str, name: str, keys: list[str],
+                     args: list[Any], merge: Merge | None) -> Op[Any]:
+        """``guarded(operation, key, _script(QUORUM, name, ...))`` of an idempotent write, in
+        one generator instead of three (a one-message push or ack runs through here: each
+        layer costs every call): the command goes out from here, and a failure is handed to
+        that general path at the same point, so it does what it would have done (the script's
+        text after NOSCRIPT, Dynomite's retries, typed errors)."""
+        head = self._call_head(name, keys)
+        try:
+            return (yield Command(QUORUM, (*head, *args),
+                                  merge=None if merge is None else merge.after(len(head)),
+                                  head=head if keys is self._life_keys else None))
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            general = guarded(operation, key, self._script(QUORUM, name, keys, args,
+                                                           idempotent=True, merge=merge))
+            general.send(None)  # to its first request: the command that just failed
+            return (yield from _thrown_into(general, exc))
+
     def _read_script(self, name: str, keys: list[str], args: list[Any]) -> Op[Any]:
         """A read-only script on the read connection. On a Cluster that reads from replicas it
         runs as ``EVALSHA_RO`` on a replica of the slot (redis-py would send EVALSHA to the
@@ -1067,6 +1125,9 @@ class QueueCore:
         quorum = self.settings.write_quorum if replicate else 0
         if quorum == 0 and len(calls) == 1:
             keys, args = calls[0]
+            if not self.detached and self.server_check.done and self._policy_checked:
+                return [(yield from self._script_once(operation, key, script_name, keys, args,
+                                                      merge))]
             return [(yield from self._guard(operation, key, self._script(
                 QUORUM, script_name, keys, args, idempotent=True, merge=merge)))]
         script = self._scripts[script_name]
@@ -1113,6 +1174,25 @@ class QueueCore:
                 yield Sleep(pause_s)
                 yield RefreshSlots(QUORUM)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _thrown_into(op: Op[Any], error: BaseException) -> Op[Any]:
+    """Run ``op`` (started, waiting at a request) on from there, as ``yield from`` would,
+    with ``error`` raised at that request first."""
+    try:
+        request = op.throw(error)
+        while True:
+            try:
+                reply = yield request
+            except GeneratorExit:
+                op.close()
+                raise
+            except BaseException as exc:  # thrown in by the driver: op's to handle
+                request = op.throw(exc)
+            else:
+                request = op.send(reply)
+    except StopIteration as done:
+        return done.value
 
 
 class _Claim:

@@ -42,6 +42,10 @@ READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "siz
                 "group_info")
 
 _DOORBELL_ON = "local DOORBELL = true"
+#: A script's text before a line ``-- @prelude`` runs before the prelude's helpers are made
+#: (a common case that needs none of them returns there, and saves making their closures); the
+#: prelude comes in at that line, then the rest of the script.
+_PRELUDE_MARK = "\n-- @prelude\n"
 
 
 @dataclass(frozen=True)
@@ -104,10 +108,15 @@ def source(name: str, doorbell: bool = True) -> str:
     """
     folder = resources.files(__package__)
     prelude = folder.joinpath("_prelude.lua").read_text(encoding="utf-8")
-    if not doorbell:
-        prelude = prelude.replace(_DOORBELL_ON, "local DOORBELL = false")
     body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    return _used_prelude(prelude, body) + "\n" + body
+    first, marked, rest = body.partition(_PRELUDE_MARK)
+    if marked:  # a fast path that needs no helper goes before them (see _PRELUDE_MARK)
+        text = first + "\n" + _used_prelude(prelude, rest) + "\n" + rest
+    else:
+        text = _used_prelude(prelude, body) + "\n" + body
+    if not doorbell:
+        text = text.replace(_DOORBELL_ON, "local DOORBELL = false")
+    return text
 
 
 @cache
