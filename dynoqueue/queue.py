@@ -81,9 +81,9 @@ class DynoQueue(QueueBase):
         core = self._core
         batch, command = core.push_call(messages, if_exists)
         if command is None:
-            return self._run(core.push(batch, if_exists))
+            return self._run(core.push_validated(batch, if_exists))
         return self._driver.run_call(command, lambda reply: core.pushed(batch, reply),
-                                     lambda: core.push(batch, if_exists))
+                                     lambda: core.push_validated(batch, if_exists))
 
     def ensure(self, message: Message) -> bool:
         """Push ``message`` only if its id is neither waiting nor leased, atomically.

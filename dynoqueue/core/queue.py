@@ -221,26 +221,30 @@ class QueueCore:
 
     def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
         batch = self._push_batch(messages, if_exists)
+        return (yield from self.push_validated(batch, if_exists))
+
+    def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
+        """:meth:`push` of a batch :meth:`push_call` has validated (not validated again)."""
         if not batch:
             return []
         self._check_open()
         flags = yield from self._push("push", if_exists, batch)
-        return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+        return _ids_pushed(batch, flags)
 
     def push_call(self, messages: Iterable[Message],
                   if_exists: str = "replace") -> tuple[list[Message], Command | None]:
         """:meth:`push` without an operation when all it does is one script call (the usual
         producer's call): the validated batch and that call's command, the first request
-        ``push(batch, if_exists)`` would yield; :meth:`pushed` reads its reply. The command is
-        None when the push needs more (an empty batch, over SCRIPT_BATCH messages, a write
-        quorum, the first call's checks, the queue registry): run ``push(batch, if_exists)``.
-        A driver that fails to send the command throws that error into ``push(batch,
-        if_exists)`` at its first request and runs it on from there (NOSCRIPT, retries and
-        typed errors as always). Raises as :meth:`push` does for bad input or a closed
-        queue."""
+        ``push_validated(batch, if_exists)`` would yield; :meth:`pushed` reads its reply. The
+        command is None when the push needs more (an empty batch, over SCRIPT_BATCH messages,
+        a write quorum, the first call's checks, the queue registry): run
+        ``push_validated(batch, if_exists)``. A driver that fails to send the command throws
+        that error into ``push_validated(batch, if_exists)`` at its first request and runs it
+        on from there (NOSCRIPT, retries and typed errors as always). Raises as :meth:`push`
+        does for bad input or a closed queue."""
         batch = self._push_batch(messages, if_exists)
         if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
-                or self.detached or not self.server_check.done or not self._policy_checked
+                or self.detached or not self._first_checks_done()
                 or (self.zones is not None and not self.zones.registered(self.name))):
             return batch, None
         self._check_open()
@@ -250,8 +254,7 @@ class QueueCore:
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
-        flags = self._push_flags([reply])
-        return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
+        return _ids_pushed(batch, self._push_flags([reply]))
 
     def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
         if if_exists not in ("replace", "keep"):
@@ -993,9 +996,13 @@ class QueueCore:
         the policy check of this queue's first call. Raises QueueClosedError at once when the
         factory is closed."""
         self._check_attached()
-        if self.server_check.done and self._policy_checked:
+        if self._first_checks_done():
             return guarded(operation, key, op)  # no generator layer of its own: every call
         return self._checked_first(operation, key, op)
+
+    def _first_checks_done(self) -> bool:
+        """Whether this queue's first-call checks (the server's, the stored policy) are done."""
+        return self.server_check.done and self._policy_checked
 
     def _checked_first(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
         if not self.server_check.done:
@@ -1125,7 +1132,7 @@ class QueueCore:
         quorum = self.settings.write_quorum if replicate else 0
         if quorum == 0 and len(calls) == 1:
             keys, args = calls[0]
-            if not self.detached and self.server_check.done and self._policy_checked:
+            if not self.detached and self._first_checks_done():
                 return [(yield from self._script_once(operation, key, script_name, keys, args,
                                                       merge))]
             return [(yield from self._guard(operation, key, self._script(
@@ -1174,6 +1181,11 @@ class QueueCore:
                 yield Sleep(pause_s)
                 yield RefreshSlots(QUORUM)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _ids_pushed(batch: list[Message], flags: list[bool]) -> list[str]:
+    """The ids of ``batch`` whose flag says pushed, in input order."""
+    return [m.id for m, pushed in zip(batch, flags, strict=True) if pushed]
 
 
 def _thrown_into(op: Op[Any], error: BaseException) -> Op[Any]:

@@ -31,6 +31,7 @@ if ARGV[2] ~= 'ensure' then
     end
   end
   if plain then
+    -- ended, dead, groupof, policy, life, born (lifecycle_keys' order)
     FOUND = redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[3], KEYS[2], KEYS[14])
   end
 end
@@ -42,13 +43,17 @@ if FOUND == 0 then
     FAST_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   local now, msg, keep = FAST_NOW, KEYS[1], ARGV[2] == 'keep'
+  -- The queue score of the message whose fields start at ARGV[i]: due ms + priority / 100.
+  local function score_at(i)
+    local due = now + tonumber(ARGV[i + 2])
+    if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
+    return due + tonumber(ARGV[i + 3]) / 100
+  end
   if #ARGV == 11 then  -- one message
     local id = ARGV[3]
     if redis.call('HSETNX', msg, id, ARGV[4]) == 1 then
       local key = KEYS[16 + tonumber(ARGV[7])]
-      local due = now + tonumber(ARGV[5])
-      if ARGV[8] ~= '' then due = math.max(now, tonumber(ARGV[8])) end
-      local score = due + tonumber(ARGV[6]) / 100
+      local score = score_at(3)
       local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
       redis.call('ZADD', key, score, id)
       if DOORBELL and (not first or score < tonumber(first)) then
@@ -81,9 +86,7 @@ if FOUND == 0 then
         n = n + 1
         if out[n] == 1 then
           local s = tonumber(ARGV[i + 4])
-          local due = now + tonumber(ARGV[i + 2])
-          if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
-          local score = due + tonumber(ARGV[i + 3]) / 100
+          local score = score_at(i)
           local add = adds[s]
           if not add then
             add = {}
