@@ -233,17 +233,14 @@ class _Pin:
         # The kernel's timeout of a socket set up by adopt reads as EAGAIN: raised as the
         # TimeoutError the socket module's own timeout gives (so that a claim is not sent
         # again).
+        doing = "writing to"
         try:
             conn.send_packed_command(packed, check_health=False)
-        except RedisConnectionError as exc:
-            if isinstance(exc.__context__, BlockingIOError):
-                raise RedisTimeoutError("Timeout writing to socket") from exc
-            raise
-        try:
+            doing = "reading from"
             return conn.read_response()
         except RedisConnectionError as exc:
             if isinstance(exc.__context__, BlockingIOError):
-                raise RedisTimeoutError("Timeout reading from socket") from exc
+                raise RedisTimeoutError(f"Timeout {doing} socket") from exc
             raise
 
     def adopt(self, sock: Any) -> None:
