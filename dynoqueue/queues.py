@@ -58,7 +58,9 @@ class RedisQueues(QueuesBase[DynoQueue]):
             default 10 000: past it a call raises :class:`~dynoqueue.errors.CallTimeoutError`;
             a waiting pop gets its wait plus that), ``eviction_check``
             (``"refuse"``, the default, ``"warn"`` or ``"off"``: what the first call does when
-            the server's ``maxmemory-policy`` may evict queue keys, ``allkeys-*``).
+            the server's ``maxmemory-policy`` may evict queue keys, ``allkeys-*``),
+            ``reply_spin_us`` (how long a thread busy-polls for a script call's reply before
+            sleeping, us, 0..10 000, default 200; 0: never; Linux with 2+ CPUs only).
 
     The builders :meth:`from_url`, :meth:`from_sentinel` and :meth:`from_cluster` make the
     connections from addresses (TLS and ACL users included) and close them on :meth:`close`.
@@ -82,6 +84,10 @@ class RedisQueues(QueuesBase[DynoQueue]):
             self._reprocessor = threading.Thread(
                 target=self._reprocess_loop, name="dynoqueue-unack-reprocessor", daemon=True)
             self._reprocessor.start()
+
+    def _new_driver(self, quorum_conn: Any, non_quorum_conn: Any) -> SyncDriver:
+        return SyncDriver(quorum_conn, non_quorum_conn, self.settings.call_timeout_s,
+                          reply_spin_us=self.settings.reply_spin_us)
 
     @classmethod
     def from_url(cls, url: str, *, zones: Sequence[str] | None = None,

@@ -101,8 +101,7 @@ class QueuesBase(Generic[Q]):
         self.non_quorum_conn = non_quorum_conn
         balancing = getattr(non_quorum_conn, "load_balancing_strategy", None)
         self._replica_reads = isinstance(non_quorum_conn, self.cluster_class) and bool(balancing)
-        self._driver = self.driver_class(quorum_conn, non_quorum_conn,
-                                         self.settings.call_timeout_s)
+        self._driver = self._new_driver(quorum_conn, non_quorum_conn)
         self._owned: list[Any] = []
         self._queues: dict[str, Q] = {}
         self._lock = threading.Lock()
@@ -117,6 +116,11 @@ class QueuesBase(Generic[Q]):
         self._server_check = ServerCheck(self.settings.eviction_check, self.settings.cluster)
         if self._server_check.done:
             log.debug("maxmemory-policy not checked: eviction_check is off")
+
+    def _new_driver(self, quorum_conn: Any, non_quorum_conn: Any) -> Any:
+        """The driver of this factory's calls (an API with driver settings of its own
+        overrides this)."""
+        return self.driver_class(quorum_conn, non_quorum_conn, self.settings.call_timeout_s)
 
     def get(self, queue_name: str, policy: QueuePolicy | None = None) -> Q:
         """The queue named ``queue_name``, created on first use; the same object every time
