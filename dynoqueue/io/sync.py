@@ -49,6 +49,10 @@ _PEEK_NOW = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
 #: Replies bigger than this, or sent in several parts, are kept apart in _Pin.waits: a
 #: 500-message push takes far longer than a one-message push of the same script.
 _BIG_SEND = 4096
+#: A thread of this process is busy-polling: others sleep instead, so that polling threads
+#: never hold the GIL from each other nor take every CPU from the server they wait for.
+#: (Set and cleared under the GIL; two threads that both see False at once poll together.)
+_POLLING = [False]
 
 
 def _can_poll() -> bool:
@@ -239,6 +243,7 @@ class _Pin:
     in half the time. How long each kind of call (script head, small or big) took is
     remembered; a kind whose replies come later than the budget sleeps at once, and polls
     again once its replies are quick (a slow script's caller does not burn a CPU for nothing).
+    One thread of the process polls at a time (_POLLING).
     """
 
     __slots__ = ("conn", "direct", "heads", "pack", "pollable", "sock", "spin_ns", "waits")
@@ -282,8 +287,12 @@ class _Pin:
             sent = time.monotonic_ns()
             waits = self.waits
             wait = waits.get(kind)
-            if wait is None or wait < self.spin_ns:
-                self.poll(sent + self.spin_ns)
+            if (wait is None or wait < self.spin_ns) and not _POLLING[0]:
+                _POLLING[0] = True
+                try:
+                    self.poll(sent + self.spin_ns)
+                finally:
+                    _POLLING[0] = False
             reply = conn.read_response()
             took = time.monotonic_ns() - sent
             if wait is None:
