@@ -2,7 +2,8 @@
 #   make demo ARGS=...        run the demo CLI                       (installs the 'demo' extra)
 #   make spark-demo ARGS=...  the Spark pipeline on a month of flights (the 'spark' extra; Java 17+)
 #   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
-#   make test                 lint, type-check and run the test suite, what CI runs (every extra)
+#   make test                 lint, type-check and run the test suite, what CI runs (every extra;
+#                             redis-server, Java 17 and Chromium installed as root if missing)
 # Each target installs only what it needs, into the same .venv: a later, bigger target adds its
 # packages to it (no new venv), and a target whose packages are there installs nothing new.
 
@@ -27,7 +28,7 @@ EXTRAS_test  := $$($(PY) tools/extras.py)
 ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis java demo spark-demo bench test lint typecheck clean distclean
+.PHONY: venv install redis java chromium demo spark-demo bench test lint typecheck clean distclean
 
 # venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
 venv: $(PY)
@@ -58,6 +59,10 @@ redis: $(VENV)/.stamp-core
 java:
 	tools/ensure-java.sh
 
+# chromium: the headless browser of the dashboard test (PATH, or apt-get as root).
+chromium:
+	tools/ensure-chromium.sh
+
 # demo: run the dynoqueue demo against embedded Redis servers; pass options in ARGS.
 demo: $(VENV)/.stamp-demo
 	$(ENSURE_REDIS)
@@ -74,7 +79,7 @@ bench: $(VENV)/.stamp-bench
 	$(PY) -m dynoqueue bench $(ARGS)
 
 # test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
-test: $(VENV)/.stamp-test java
+test: $(VENV)/.stamp-test java chromium
 	$(ENSURE_REDIS)
 	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
