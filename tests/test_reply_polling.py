@@ -2,8 +2,9 @@
 
 A real redis-server answers; what is checked is what a caller sees (whole, right replies,
 through reconnects) and when the driver polls (a counting wrapper around ``_Pin.poll``):
-quick calls poll, a script that takes 20 ms stops being polled for and is polled for again
-once it is quick, a zero budget or a single usable CPU never polls.
+a new kind of call polls, a script that takes 20 ms stops being polled for and is polled for
+again once it is quick, a zero budget or a single usable CPU never polls. Whether quick calls
+go on polling depends on the machine (polling must beat sleeping), so no test counts on it.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def test_quick_calls_poll_and_read_whole_replies(queues: RedisQueues, polls: lis
     queue = queues.get("quick")
     for i in range(50):
         assert queue.push([Message(f"one-{i}", "x" * (i * 37))]) == [f"one-{i}"]
-    # Most poll (a busy machine may make a few late, and those then sleep for a while).
-    assert polls[0] >= 25
+    # The first call of a kind polls, and one in 16 tries polling whatever is preferred (on
+    # a quiet machine nearly all poll; where every CPU is busy, polling gains nothing).
+    assert polls[0] >= 3
     big = [Message(f"big-{i}", "y" * 300) for i in range(500)]
     assert queue.push(big) == [m.id for m in big]
     popped = queue.pop(550, wait_ms=0)
@@ -128,7 +130,7 @@ def test_kinds_are_learned_apart(redis_server: RedisServer, polls: list[int]) ->
         before = polls[0]
         for _ in range(5):
             assert _script(driver, ("EVAL", _QUICK, 0)) == 2
-        assert polls[0] - before == 5  # a different head: its own history
+        assert polls[0] - before >= 4  # a different head: its own history, quick
     finally:
         driver.release()
 
@@ -184,16 +186,14 @@ def test_a_single_cpu_never_polls(redis_server: RedisServer) -> None:
     assert out.stdout.strip() == "polls 0"
 
 
-def test_a_reconnect_is_adopted_and_polled(queues: RedisQueues, redis_server: RedisServer,
-                                           polls: list[int]) -> None:
+def test_a_reconnect_is_adopted_and_pollable(queues: RedisQueues,
+                                             redis_server: RedisServer) -> None:
     queue = queues.get("reconnect")
     queue.push([Message("before", "x")])
     admin = redis_server.client()
     killed = admin.client_kill_filter(_type="normal", skipme=True)
     assert killed >= 1
-    before = polls[0]
     assert queue.push([Message("after", "y")]) == ["after"]  # retried on a new socket
-    assert polls[0] > before
     pin = queues._driver._pinned.quorum
     assert pin.sock is pin.conn._sock and pin.pollable
     assert sorted(m.id for m in queue.pop(2, wait_ms=0)) == ["after", "before"]

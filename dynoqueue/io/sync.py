@@ -53,6 +53,8 @@ _BIG_SEND = 4096
 #: never hold the GIL from each other nor take every CPU from the server they wait for.
 #: (Set and cleared under the GIL; two threads that both see False at once poll together.)
 _POLLING = [False]
+#: One call in 16 of a kind tries the way it does not prefer (polling or sleeping).
+_EXPLORE = 15
 
 
 def _can_poll() -> bool:
@@ -240,10 +242,12 @@ class _Pin:
     Replies are busy-polled for up to ``spin_ns`` before the thread sleeps in the kernel:
     waking a sleeping thread costs about as much as a loopback round trip itself (PING: ~65 us
     sleeping, ~22 us polling, measured in a VM), so a quick script's caller gets its reply
-    in half the time. How long each kind of call (script head, small or big) took is
-    remembered; a kind whose replies come later than the budget sleeps at once, and polls
-    again once its replies are quick (a slow script's caller does not burn a CPU for nothing).
-    One thread of the process polls at a time (_POLLING).
+    in half the time. How long each kind of call (script head, small or big) takes when polled
+    for and when slept for is remembered: a kind polls only while that gets its replies
+    sooner, within the budget. So a slow script's caller sleeps at once, and on a machine
+    whose CPUs are all busy (where a poll would take the CPU the server needs) callers sleep;
+    one call in 16 tries the other way, so both come back when things change. One thread of
+    the process polls at a time (_POLLING).
     """
 
     __slots__ = ("conn", "direct", "heads", "pack", "pollable", "sock", "spin_ns", "waits")
@@ -261,8 +265,9 @@ class _Pin:
         self.spin_ns = spin_ns
         #: The socket is a blocking plain socket and spin_ns > 0 (set by adopt).
         self.pollable = False
-        #: A moving average of how long each kind of call waited for its reply, ns.
-        self.waits: dict[int, float] = {}
+        #: Per kind of call: moving averages of how long its replies took when polled for and
+        #: when slept for, ns (0: not known yet), and how many calls it made (see round_trip).
+        self.waits: dict[int, list[Any]] = {}
 
     def round_trip(self, packed: list[bytes], kind: int = 0) -> Any:
         """Send ``packed`` on the connection and read its reply (redis-py's
@@ -285,27 +290,46 @@ class _Pin:
             if not self.pollable:
                 return conn.read_response()
             sent = time.monotonic_ns()
-            waits = self.waits
-            wait = waits.get(kind)
-            if (wait is None or wait < self.spin_ns) and not _POLLING[0]:
+            state = self.waits.get(kind)
+            if state is None:
+                state = self.learn(kind)
+            polled, slept, calls = state
+            state[2] = calls + 1
+            exploring = calls & _EXPLORE == _EXPLORE
+            # Poll while polling gets replies clearly sooner than sleeping does (by a fifth:
+            # a poll costs CPU; on a machine whose CPUs are all busy, wake-ups are cheap and
+            # the two come out even) and within the budget; every 16th call tries the other
+            # way, so that both estimates follow a change of the server's speed or the load.
+            poll = (not polled or (polled < self.spin_ns
+                                   and (not slept or 5 * polled < 4 * slept))) != exploring
+            if poll and not _POLLING[0]:
                 _POLLING[0] = True
                 try:
                     self.poll(sent + self.spin_ns)
                 finally:
                     _POLLING[0] = False
+            else:
+                poll = False
             reply = conn.read_response()
             took = time.monotonic_ns() - sent
-            if wait is None:
-                if len(waits) >= 2 * _MAX_HEADS:
-                    waits.clear()
-                waits[kind] = took
-            else:
-                waits[kind] = wait + (took - wait) / 4
+            # A try of the other way, or a first reading, replaces its estimate (it may be
+            # long out of date); the usual reading moves it by a quarter of the difference.
+            old = state[0] if poll else state[1]
+            state[0 if poll else 1] = took if exploring or not old else old + (took - old) / 4
             return reply
         except RedisConnectionError as exc:
             if isinstance(exc.__context__, BlockingIOError):
                 raise RedisTimeoutError(f"Timeout {doing} socket") from exc
             raise
+
+    def learn(self, kind: int) -> list[Any]:
+        """A new kind of call's estimates: [polled wait ns, slept wait ns, calls]; 0: none
+        yet. Forgets every kind when there are many (queues come and go)."""
+        if len(self.waits) >= 2 * _MAX_HEADS:
+            self.waits.clear()
+        state: list[Any] = [0, 0, 0]
+        self.waits[kind] = state
+        return state
 
     def poll(self, until_ns: int) -> None:
         """Return once the reply's first byte is readable, the socket fails or closes (the
