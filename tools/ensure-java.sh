@@ -3,21 +3,9 @@
 # openjdk-17-jre-headless via apt-get when running as root; otherwise say what to install.
 set -euo pipefail
 
-java_bin=""
-if [[ -n "${JAVA_HOME:-}" && -x "${JAVA_HOME}/bin/java" ]]; then
-    java_bin="${JAVA_HOME}/bin/java"
-elif command -v java >/dev/null; then
-    java_bin="$(command -v java)"
-elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
-    echo "ensure-java: no java found; installing Debian's openjdk-17-jre-headless" >&2
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless
-    java_bin="$(command -v java)"
-else
-    echo "ensure-java: Spark needs a Java 17 (or 21) runtime and none was found." >&2
-    echo "  Install one, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME." >&2
-    exit 1
-fi
+java_bin="$("$(dirname "${BASH_SOURCE[0]}")/find-or-install.sh" ensure-java \
+    "${JAVA_HOME:+$JAVA_HOME/bin/java}" java openjdk-17-jre-headless \
+    "Spark needs a Java 17 (or 21) runtime and none was found. Install one, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME.")"
 
 # 'java -version' prints e.g.: openjdk version "17.0.15" 2025-04-15
 major="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
