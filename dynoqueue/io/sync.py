@@ -53,8 +53,11 @@ _BIG_SEND = 4096
 #: never hold the GIL from each other nor take every CPU from the server they wait for.
 #: (Set and cleared under the GIL; two threads that both see False at once poll together.)
 _POLLING = [False]
-#: One call in 16 of a kind tries the way it does not prefer (polling or sleeping).
-_EXPLORE = 15
+#: Calls of a kind between two tries of the way it does not prefer (polling or sleeping):
+#: 16 at first and after a try that changed the preference, doubling up to 1024 after each
+#: try that did not.
+_EXPLORE_MIN = 16
+_EXPLORE_MAX = 1024
 
 
 def _can_poll() -> bool:
@@ -246,8 +249,8 @@ class _Pin:
     for and when slept for is remembered: a kind polls only while that gets its replies
     sooner, within the budget. So a slow script's caller sleeps at once, and on a machine
     whose CPUs are all busy (where a poll would take the CPU the server needs) callers sleep;
-    one call in 16 tries the other way, so both come back when things change. One thread of
-    the process polls at a time (_POLLING).
+    now and then a call tries the other way (every 16th to 1024th call), so both come back
+    when things change. One thread of the process polls at a time (_POLLING).
     """
 
     __slots__ = ("conn", "direct", "heads", "pack", "pollable", "sock", "spin_ns", "waits")
@@ -266,7 +269,7 @@ class _Pin:
         #: The socket is a blocking plain socket and spin_ns > 0 (set by adopt).
         self.pollable = False
         #: Per kind of call: moving averages of how long its replies took when polled for and
-        #: when slept for, ns (0: not known yet), and how many calls it made (see round_trip).
+        #: when slept for, ns, and when to try the other way next (see learn, round_trip).
         self.waits: dict[int, list[Any]] = {}
 
     def round_trip(self, packed: list[bytes], kind: int = 0) -> Any:
@@ -281,6 +284,9 @@ class _Pin:
         # again).
         doing = "writing to"
         try:
+            # From before the send: a server woken on this CPU may answer before the send
+            # returns, and that time counts too.
+            sent = time.monotonic_ns()
             conn.send_packed_command(packed, check_health=False)
             doing = "reading from"
             if self.direct:
@@ -289,19 +295,13 @@ class _Pin:
                     self.adopt(sock)
             if not self.pollable:
                 return conn.read_response()
-            sent = time.monotonic_ns()
             state = self.waits.get(kind)
             if state is None:
                 state = self.learn(kind)
-            polled, slept, calls = state
-            state[2] = calls + 1
-            exploring = calls & _EXPLORE == _EXPLORE
-            # Poll while polling gets replies clearly sooner than sleeping does (by a fifth:
-            # a poll costs CPU; on a machine whose CPUs are all busy, wake-ups are cheap and
-            # the two come out even) and within the budget; every 16th call tries the other
-            # way, so that both estimates follow a change of the server's speed or the load.
-            poll = (not polled or (polled < self.spin_ns
-                                   and (not slept or 5 * polled < 4 * slept))) != exploring
+            prefers = self.prefers_poll(state)
+            state[2] -= 1
+            exploring = state[2] <= 0  # now and then, try the way not preferred
+            poll = prefers != exploring
             if poll and not _POLLING[0]:
                 _POLLING[0] = True
                 try:
@@ -316,18 +316,31 @@ class _Pin:
             # long out of date); the usual reading moves it by a quarter of the difference.
             old = state[0] if poll else state[1]
             state[0 if poll else 1] = took if exploring or not old else old + (took - old) / 4
+            if exploring:  # tries that change nothing come ever more rarely
+                gap = _EXPLORE_MIN if self.prefers_poll(state) != prefers \
+                    else min(2 * state[3], _EXPLORE_MAX)
+                state[2] = state[3] = gap
             return reply
         except RedisConnectionError as exc:
             if isinstance(exc.__context__, BlockingIOError):
                 raise RedisTimeoutError(f"Timeout {doing} socket") from exc
             raise
 
+    def prefers_poll(self, state: list[Any]) -> bool:
+        """Whether a kind of call with these estimates polls: while polling gets its replies
+        clearly sooner than sleeping does (by a fifth: a poll costs CPU, and on a machine
+        whose CPUs are all busy wake-ups are cheap and the two come out even), within the
+        budget; and while nothing is known yet."""
+        polled, slept = state[0], state[1]
+        return not polled or (polled < self.spin_ns and (not slept or 5 * polled < 4 * slept))
+
     def learn(self, kind: int) -> list[Any]:
-        """A new kind of call's estimates: [polled wait ns, slept wait ns, calls]; 0: none
-        yet. Forgets every kind when there are many (queues come and go)."""
+        """A new kind of call's state: [polled wait ns, slept wait ns (0: not known yet),
+        calls until the next try of the way not preferred, the gap between such tries].
+        Forgets every kind when there are many (queues come and go)."""
         if len(self.waits) >= 2 * _MAX_HEADS:
             self.waits.clear()
-        state: list[Any] = [0, 0, 0]
+        state: list[Any] = [0, 0, _EXPLORE_MIN, _EXPLORE_MIN]
         self.waits[kind] = state
         return state
 
