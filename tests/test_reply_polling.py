@@ -118,6 +118,26 @@ def test_a_slow_script_stops_polling_and_polls_again_once_quick(
         driver.release()
 
 
+def test_tries_of_polling_a_slow_call_grow_rare(redis_server: RedisServer,
+                                                polls: list[int]) -> None:
+    client = redis_server.client()
+    key = f"spin-rare-{uuid.uuid4().hex[:8]}"
+    client.set(key, "slow")
+    script = _BUSY_20MS.replace("20000", "2000")  # 2 ms: far past the 0.3 ms budget
+    driver = SyncDriver(client, client, reply_spin_us=300)
+    busy = ("EVAL", script, 1, key)
+    try:
+        for _ in range(2):
+            _script(driver, busy)
+        before = polls[0]
+        for _ in range(240):
+            assert _script(driver, busy) == 1
+        # Tries come 16, 32, 64, 128 calls apart (a try every 16th call would be 15 of them).
+        assert 1 <= polls[0] - before <= 5
+    finally:
+        driver.release()
+
+
 def test_kinds_are_learned_apart(redis_server: RedisServer, polls: list[int]) -> None:
     client = redis_server.client()
     driver = SyncDriver(client, client, reply_spin_us=500)
