@@ -27,15 +27,8 @@ from ..core import doorbell as bell
 from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
-from .common import (
-    DoorbellBase,
-    Doorbells,
-    answered_here,
-    filled_pipeline,
-    hiredis_packer,
-    replica_node,
-    slot_map,
-)
+from . import common
+from .common import DoorbellBase, Doorbells, answered_here
 
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
@@ -163,7 +156,7 @@ class SyncDriver:
     def _send(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
-            client = client.get_redis_connection(replica_node(client, request.replica_of))
+            client = client.get_redis_connection(common.replica_node(client, request.replica_of))
         elif request.role in self._pinnable and request.args[0] in _SCRIPT_CALLS:
             return self._script_call(request.role, client, request.args, request.head)
         return client.execute_command(*request.args)
@@ -173,7 +166,7 @@ class SyncDriver:
         pin = getattr(self._pinned, role, None)
         if pin is None:
             conn = client.connection_pool.get_connection()
-            pin = _Pin(conn, hiredis_packer(conn), self._spin_ns)
+            pin = _Pin(conn, common.hiredis_packer(conn), self._spin_ns)
             setattr(self._pinned, role, pin)
             with self._pins_lock:
                 self._pins.append((client.connection_pool, conn))
@@ -197,13 +190,13 @@ class SyncDriver:
         client = self._clients[request.role]
         if request.owner_of is not None:
             client = client.get_redis_connection(client.get_node_from_key(request.owner_of))
-        return list(filled_pipeline(client, request.commands).execute())
+        return list(common.filled_pipeline(client, request.commands).execute())
 
     def _scan(self, request: rq.Scan) -> list[tuple[Any, Any]]:
         return list(self._clients[request.role].hscan_iter(request.key, count=request.count))
 
     def _refresh(self, request: rq.RefreshSlots) -> None:
-        manager = slot_map(self._clients[request.role])
+        manager = common.slot_map(self._clients[request.role])
         if manager is not None:  # a Cluster client
             with contextlib.suppress(RedisError, RedisClusterException):
                 manager.initialize()
