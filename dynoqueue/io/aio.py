@@ -73,15 +73,54 @@ class AsyncDriver:
         """Run one operation to its end and return its result (or raise its error)."""
         deadline = Deadline(self.call_timeout_s)
         token = CURRENT.set(deadline)
-        step = rq.Step(op)
         try:
+            return await self._steps(rq.Step(op), deadline)
+        finally:
+            CURRENT.reset(token)
+
+    async def run_call(self, command: rq.Command, done: Callable[[Any], T],
+                       op: Callable[[], rq.Op[T]]) -> T:
+        """``done(reply)`` of ``command``, sent at once under the call's deadline (batched
+        with concurrent calls, as :meth:`run` sends it): an operation that is one command and
+        its decoding, run without the operation's layers (see QueueCore.push_call). If
+        sending it fails (or the caller is cancelled meanwhile), ``op()``, whose first request
+        is that command, gets the error there and runs on (its result, or its error, is the
+        call's), as :meth:`dynoqueue.io.sync.SyncDriver.run_call` does."""
+        deadline = Deadline(self.call_timeout_s)
+        error: BaseException | None = None
+        batcher = self._batchers.get(command.role) if command.replica_of is None else None
+        if batcher is not None:
+            # Awaited here, not through _outcome (a coroutine frame less per call); the batch
+            # sets its own deadline where the connection's retries read it (_exchange).
+            call = batcher.submit(command, deadline)
+            try:
+                reply = await call.future
+            except BaseException as exc:
+                error = await _wait_failed(call, exc)
+            else:
+                return done(reply)
+        token = CURRENT.set(deadline)
+        try:
+            if batcher is None:
+                reply, error = await self._outcome(command, deadline)
+                if error is None:
+                    return done(reply)
+            return await self._steps(rq.Step(op()), deadline, error)
+        finally:
+            CURRENT.reset(token)
+
+    async def _steps(self, step: rq.Step[T], deadline: Deadline,
+                     error: BaseException | None = None) -> T:
+        """Advance ``step`` to its end, first throwing ``error`` in at its request if given;
+        Cancelled out of the operation is the caller's CancelledError again."""
+        try:
+            if error is not None and step.pending:
+                step.send(None, error)
             while step.pending:
                 if not answered_here(step, deadline, self.call_timeout_s):
                     step.send(*(await self._outcome(step.request, deadline)))
         except rq.Cancelled:
             raise asyncio.CancelledError from None
-        finally:
-            CURRENT.reset(token)
         return step.result  # type: ignore[no-any-return]
 
     async def _outcome(self, request: Any,
@@ -92,14 +131,8 @@ class AsyncDriver:
                 call = batcher.submit(request, deadline)
                 try:
                     return await call.future, None
-                except asyncio.CancelledError:
-                    # A state change that went out anyway may have leased messages: its
-                    # reply goes with Cancelled, so the operation can undo it.
-                    if request.role != rq.QUORUM:
-                        return None, rq.Cancelled()
-                    return None, rq.Cancelled(await call.late_reply())
-                except Exception as exc:  # handed to the operation, which decides
-                    return None, exc
+                except BaseException as exc:
+                    return None, await _wait_failed(call, exc)
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
@@ -209,6 +242,20 @@ def _packed(conn: Any, commands: list[Any]) -> Any:
     if pack is not None:
         return b"".join([pack(tuple(args)) for args in commands])
     return conn.pack_commands(commands)
+
+
+async def _wait_failed(call: _Call, exc: BaseException) -> BaseException:
+    """What to throw into the operation whose wait for a batched ``call`` raised ``exc``:
+    the error itself (the operation decides), or Cancelled for a cancelled caller, with the
+    reply of a state change that went out anyway (it may have leased messages: the operation
+    can undo it). Anything else (KeyboardInterrupt, ...) is raised again."""
+    if isinstance(exc, asyncio.CancelledError):
+        if call.command.role != rq.QUORUM:
+            return rq.Cancelled()
+        return rq.Cancelled(await call.late_reply())
+    if isinstance(exc, Exception):
+        return exc
+    raise exc
 
 
 async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
