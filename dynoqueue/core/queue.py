@@ -254,6 +254,10 @@ class QueueCore:
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
+        if len(batch) == 1 and len(reply) == 2:  # one message (the usual call): its flag
+            pushed = int(reply[1]) != 0
+            self.events(self.name, "pushed", int(pushed))
+            return [batch[0].id] if pushed else []
         return _ids_pushed(batch, self._push_flags([reply]))
 
     def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
