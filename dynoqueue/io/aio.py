@@ -321,13 +321,11 @@ class _Call:
 
     def settle(self, reply: Any) -> None:
         """Hand the caller its reply (an exception: raised to it)."""
-        self.reply, self.settled = reply, True
-        for future in (self.future, self.late):
-            if future is not None and not future.done():
-                if isinstance(reply, BaseException):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+        self.reply = reply
+        self.settled = True
+        _resolve(self.future, reply)
+        if self.late is not None:  # the caller was cancelled and waits for it (late_reply)
+            _resolve(self.late, reply)
 
     async def late_reply(self) -> Any:
         """The reply, awaited after the caller was cancelled (None if it failed)."""
@@ -337,6 +335,16 @@ class _Call:
                 return await self.late
             return None
         return None if isinstance(self.reply, BaseException) else self.reply
+
+
+def _resolve(future: asyncio.Future[Any], reply: Any) -> None:
+    """Set ``future`` to ``reply`` (an exception: raised to its awaiter), unless it is done
+    (cancelled, or ended by its deadline)."""
+    if not future.done():
+        if isinstance(reply, BaseException):
+            future.set_exception(reply)
+        else:
+            future.set_result(reply)
 
 
 class _Batcher:
@@ -431,13 +439,13 @@ class _Batcher:
 
     async def _exchange(self, conn: Any, batch: list[_Call]) -> None:
         try:
-            sends = _joined(batch)
+            sends, latest, idempotent = _joined(batch)
             packed = _packed(conn, [send.args for send in sends])
         except Exception:  # a command that cannot be encoded fails alone; its caller must
             batch = self._packable(conn, batch)  # not wait forever, nor fail the others
             if not batch:
                 return
-            sends = _joined(batch)
+            sends, latest, idempotent = _joined(batch)
             packed = _packed(conn, [send.args for send in sends])
         replies: list[Any] = []
 
@@ -452,8 +460,8 @@ class _Batcher:
 
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
-        CURRENT.set(max((call.deadline for call in batch), key=lambda d: d.at))
-        RETRY_TIMEOUTS.set(all(call.command.idempotent for call in batch))
+        CURRENT.set(latest)
+        RETRY_TIMEOUTS.set(idempotent)
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
@@ -496,26 +504,38 @@ class _Send:
             for call in self.calls:
                 call.settle(reply)
             return
+        if type(reply) is not list:
+            reply = list(reply)
         shared = self.merge.shared  # type: ignore[union-attr]
-        head, at = list(reply[:shared]), shared
+        head, at = reply[:shared], shared
         for call, n in zip(self.calls, self.items, strict=True):
-            call.settle(head + list(reply[at:at + n]))
+            call.settle(head + reply[at:at + n])
             at += n
 
 
-def _joined(batch: list[_Call]) -> list[_Send]:
+def _joined(batch: list[_Call]) -> tuple[list[_Send], Deadline, bool]:
     """The commands to send for ``batch``: those that may merge, with equal heads, joined (up
-    to their Merge's limit of items each); the rest as they are, in order."""
+    to their Merge's limit of items each); the rest as they are, in order. With them, how the
+    batch is retried (one pass over its calls for all three): until the latest of their
+    deadlines, and after a read timeout only if every command is idempotent."""
     sends: list[_Send] = []
     open_: dict[tuple[Any, ...], _Send] = {}
+    latest = batch[0].deadline
+    idempotent = True
     for call in batch:
-        merge, args, head = call.command.merge, call.command.args, call.command.head
+        command = call.command
+        if call.deadline.at > latest.at:
+            latest = call.deadline
+        if not command.idempotent:
+            idempotent = False
+        merge = command.merge
         if merge is None:
             sends.append(_Send(call, 0))
             continue
         # Equal heads: the same kept head object (the batch's calls hold it, so its id is
         # unique meanwhile) and equal args after it; else compare the args themselves.
-        key = ((id(head), *args[len(head):merge.head]) if head is not None
+        args, head = command.args, command.head
+        key = ((id(head), tuple(args[len(head):merge.head])) if head is not None
                else tuple(args[:merge.head]))
         items = (len(args) - merge.head) // merge.per_item
         send = open_.get(key)
@@ -524,7 +544,7 @@ def _joined(batch: list[_Call]) -> list[_Send]:
         else:
             send = open_[key] = _Send(call, items)
             sends.append(send)
-    return sends
+    return sends, latest, idempotent
 
 
 class TaskDoorbell(DoorbellBase):
