@@ -433,6 +433,11 @@ class _Batcher:
                     await self._exchange(conn, batch)
                 finally:
                     self._inflight = []
+                if not self._pending:
+                    # The callers just settled run before this task does again, and those that
+                    # call again at once (producers) make the next batch: it goes out on this
+                    # connection, without a pool checkout and a new flusher task per batch.
+                    await asyncio.sleep(0)
         finally:
             self._flusher = None
             await pool.release(conn)
