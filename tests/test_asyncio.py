@@ -14,12 +14,16 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from dynoqueue import (
     ConfigurationError,
     DynoQueueError,
     Message,
     QueueClosedError,
+    RedisOperationError,
     SingleShardSupplier,
     StaticShardSupplier,
 )
@@ -123,6 +127,74 @@ def test_concurrent_pushes_join_into_few_script_calls_each_with_its_own_result(
 
     run(scenario())
     raw.close()
+
+
+def test_one_message_pushes_that_fail_on_the_wire_end_as_the_operation_decides(
+        redis_server, prefix) -> None:
+    """A push sent as its command alone (AsyncDriver.run_call) whose batch fails hands the
+    error to push's operation: NOSCRIPT after SCRIPT FLUSH sends the script's text, a killed
+    connection is retried by the connection's Retry, or without retries raises
+    RedisOperationError with nothing stored; the next pushes go through again."""
+    raw = redis.Redis.from_url(redis_server.url)
+
+    async def pushes(q: DynoQueue, tag: str, n: int = 20) -> list[Any]:
+        return list(await asyncio.gather(*(q.push([Message(f"{tag}{i}")]) for i in range(n)),
+                                         return_exceptions=True))
+
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("warm-up")])  # connected, first-call checks done
+            raw.script_flush()
+            assert await pushes(q, "s") == [[f"s{i}"] for i in range(20)]
+            raw.client_kill_filter(_type="normal", skipme=True)
+            assert await pushes(q, "k") == [[f"k{i}"] for i in range(20)]
+            assert await q.size() == 41
+        no_retry = redis.asyncio.Redis.from_url(redis_server.url, retry=Retry(NoBackoff(), 0))
+        async with RedisQueues(no_retry, no_retry, key_prefix=prefix,
+                               shard_supplier=SingleShardSupplier("a"),
+                               unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("warm-up")])
+            raw.client_kill_filter(_type="normal", skipme=True)
+            failed = await pushes(q, "f")
+            assert all(isinstance(r, RedisOperationError) for r in failed), failed
+            assert await q.size() == 1
+            assert await pushes(q, "n") == [[f"n{i}"] for i in range(20)]
+            assert await q.size() == 21
+        await no_retry.aclose()
+
+    run(scenario())
+    raw.close()
+
+
+def test_cancelled_pushes_neither_lose_nor_stall_the_pushes_joined_with_them(
+        redis_server, prefix) -> None:
+    """Pushes cancelled after they were handed to the batch still go out with it: the
+    cancelled callers get CancelledError, the others their ids, and every message is
+    stored (none half-written, none dropped from the joined script call)."""
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("warm-up")])
+            tasks = [asyncio.create_task(q.push([Message(f"m{i}")])) for i in range(40)]
+            await asyncio.sleep(0)  # each task has handed its push to the batcher
+            for task in tasks[::2]:
+                task.cancel()
+            results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
+                                             timeout=5)  # under call_timeout_ms: no retries
+            for i, result in enumerate(results):
+                if i % 2:
+                    assert result == [f"m{i}"]
+                else:
+                    assert isinstance(result, asyncio.CancelledError)
+            assert await q.size() == 41
+            assert sorted(m.id for m in await q.pop(50)) == sorted(
+                ["warm-up", *(f"m{i}" for i in range(40))])
+
+    run(scenario())
 
 
 def test_close_while_pops_wait_returns_them_and_acks_still_work(redis_server, prefix) -> None:

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from dynoqueue import Message, SingleShardSupplier
+from dynoqueue import DynoQueueError, Message, SingleShardSupplier
 from dynoqueue.core import doorbell as bell
+from dynoqueue.core.queue import _id_receipt_pairs, _receipt
 from dynoqueue.core.requests import Step
+from dynoqueue.model import validate
 
 from .conftest import unique
 
@@ -113,3 +115,30 @@ def test_every_script_defines_each_prelude_helper_it_mentions() -> None:
                     f"{name}.lua mentions {helper} but its text does not define it")
     assert "local function lease(" not in scripts.source("push")  # push leases nothing
     assert "local function lease(" in scripts.source("claim_id")
+
+
+def test_id_receipt_pairs_fast_path_accepts_exactly_what_the_checks_accept() -> None:
+    """The ids and receipts of acks and nacks skip the per-item checks when they are ASCII
+    text: each item gives what the checks give, and what they refuse is still refused."""
+    def checked(item: Any) -> list[str]:  # the checks alone, item by item
+        if isinstance(item, Message):
+            return [validate.message_id(item.id), _receipt(item.receipt)]
+        return [validate.message_id(item), ""]
+
+    texts: list[Any] = ["m1", "é", "\ud800", "", None, 5, b"m1", "1:2"]
+    items: list[Any] = list(texts)
+    for id_ in ("m1", "é"):
+        for receipt in texts:
+            message = Message(id_)
+            message.receipt = receipt
+            items.append(message)
+    for item in items:
+        try:
+            expected: Any = checked(item)
+        except DynoQueueError as exc:
+            expected = type(exc)
+        try:
+            got: Any = _id_receipt_pairs("ack_many", [item])
+        except DynoQueueError as exc:
+            got = type(exc)
+        assert got == expected, (item, getattr(item, "receipt", None))

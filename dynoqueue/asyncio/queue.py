@@ -38,7 +38,14 @@ class DynoQueue(QueueBase):
 
     async def push(self, messages: Iterable[Message], *,
                    if_exists: str = "replace") -> list[str]:
-        return await self._run(self._core.push(messages, if_exists))
+        # The usual producer's call (one script call) skips the operation's generator
+        # layers, as the sync push does (QueueCore.push_call, AsyncDriver.run_call).
+        core = self._core
+        batch, command = core.push_call(messages, if_exists)
+        if command is None:
+            return await self._run(core.push_validated(batch, if_exists))
+        return await self._driver.run_call(command, lambda reply: core.pushed(batch, reply),
+                                           lambda: core.push_validated(batch, if_exists))
 
     async def ensure(self, message: Message) -> bool:
         return await self._run(self._core.ensure(message))

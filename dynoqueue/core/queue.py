@@ -254,6 +254,10 @@ class QueueCore:
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
+        if len(batch) == 1 and len(reply) == 2:  # one message (the usual call): its flag
+            pushed = int(reply[1]) != 0
+            self.events(self.name, "pushed", int(pushed))
+            return [batch[0].id] if pushed else []
         return _ids_pushed(batch, self._push_flags([reply]))
 
     def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
@@ -1268,12 +1272,19 @@ def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]
                             single=(Message,))
     pairs: list[str] = []
     add = pairs.append
+    # The usual item, a popped message or an id of ASCII text, needs none of the checks that
+    # name what is wrong (a call per id and receipt: ~1/4 of a batched consumer's own CPU).
     for item in items:
         if isinstance(item, Message):
-            add(validate.message_id(item.id))
-            add(_receipt(item.receipt))
+            id_, receipt = item.id, item.receipt
+            if not (type(id_) is str and id_ and id_.isascii() and (receipt is None or (
+                    type(receipt) is str and receipt and receipt.isascii()))):
+                id_, receipt = validate.message_id(id_), _receipt(receipt)
+            add(id_)
+            add(receipt or "")
         else:
-            add(validate.message_id(item))
+            add(item if type(item) is str and item and item.isascii()
+                else validate.message_id(item))
             add("")
     return pairs
 

@@ -73,15 +73,54 @@ class AsyncDriver:
         """Run one operation to its end and return its result (or raise its error)."""
         deadline = Deadline(self.call_timeout_s)
         token = CURRENT.set(deadline)
-        step = rq.Step(op)
         try:
+            return await self._steps(rq.Step(op), deadline)
+        finally:
+            CURRENT.reset(token)
+
+    async def run_call(self, command: rq.Command, done: Callable[[Any], T],
+                       op: Callable[[], rq.Op[T]]) -> T:
+        """``done(reply)`` of ``command``, sent at once under the call's deadline (batched
+        with concurrent calls, as :meth:`run` sends it): an operation that is one command and
+        its decoding, run without the operation's layers (see QueueCore.push_call). If
+        sending it fails (or the caller is cancelled meanwhile), ``op()``, whose first request
+        is that command, gets the error there and runs on (its result, or its error, is the
+        call's), as :meth:`dynoqueue.io.sync.SyncDriver.run_call` does."""
+        deadline = Deadline(self.call_timeout_s)
+        error: BaseException | None = None
+        batcher = self._batchers.get(command.role) if command.replica_of is None else None
+        if batcher is not None:
+            # Awaited here, not through _outcome (a coroutine frame less per call); the batch
+            # sets its own deadline where the connection's retries read it (_exchange).
+            call = batcher.submit(command, deadline)
+            try:
+                reply = await call.future
+            except BaseException as exc:
+                error = await _wait_failed(call, exc)
+            else:
+                return done(reply)
+        token = CURRENT.set(deadline)
+        try:
+            if batcher is None:
+                reply, error = await self._outcome(command, deadline)
+                if error is None:
+                    return done(reply)
+            return await self._steps(rq.Step(op()), deadline, error)
+        finally:
+            CURRENT.reset(token)
+
+    async def _steps(self, step: rq.Step[T], deadline: Deadline,
+                     error: BaseException | None = None) -> T:
+        """Advance ``step`` to its end, first throwing ``error`` in at its request if given;
+        Cancelled out of the operation is the caller's CancelledError again."""
+        try:
+            if error is not None and step.pending:
+                step.send(None, error)
             while step.pending:
                 if not answered_here(step, deadline, self.call_timeout_s):
                     step.send(*(await self._outcome(step.request, deadline)))
         except rq.Cancelled:
             raise asyncio.CancelledError from None
-        finally:
-            CURRENT.reset(token)
         return step.result  # type: ignore[no-any-return]
 
     async def _outcome(self, request: Any,
@@ -92,14 +131,8 @@ class AsyncDriver:
                 call = batcher.submit(request, deadline)
                 try:
                     return await call.future, None
-                except asyncio.CancelledError:
-                    # A state change that went out anyway may have leased messages: its
-                    # reply goes with Cancelled, so the operation can undo it.
-                    if request.role != rq.QUORUM:
-                        return None, rq.Cancelled()
-                    return None, rq.Cancelled(await call.late_reply())
-                except Exception as exc:  # handed to the operation, which decides
-                    return None, exc
+                except BaseException as exc:
+                    return None, await _wait_failed(call, exc)
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
@@ -211,6 +244,20 @@ def _packed(conn: Any, commands: list[Any]) -> Any:
     return conn.pack_commands(commands)
 
 
+async def _wait_failed(call: _Call, exc: BaseException) -> BaseException:
+    """What to throw into the operation whose wait for a batched ``call`` raised ``exc``:
+    the error itself (the operation decides), or Cancelled for a cancelled caller, with the
+    reply of a state change that went out anyway (it may have leased messages: the operation
+    can undo it). Anything else (KeyboardInterrupt, ...) is raised again."""
+    if isinstance(exc, asyncio.CancelledError):
+        if call.command.role != rq.QUORUM:
+            return rq.Cancelled()
+        return rq.Cancelled(await call.late_reply())
+    if isinstance(exc, Exception):
+        return exc
+    raise exc
+
+
 async def _settled(future: asyncio.Future[Any], deadline: Deadline, *,
                    state_change: bool) -> tuple[Any, BaseException | None]:
     """The outcome of a command sent on its own (``future`` is not cancelled here): within
@@ -274,13 +321,11 @@ class _Call:
 
     def settle(self, reply: Any) -> None:
         """Hand the caller its reply (an exception: raised to it)."""
-        self.reply, self.settled = reply, True
-        for future in (self.future, self.late):
-            if future is not None and not future.done():
-                if isinstance(reply, BaseException):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+        self.reply = reply
+        self.settled = True
+        _resolve(self.future, reply)
+        if self.late is not None:  # the caller was cancelled and waits for it (late_reply)
+            _resolve(self.late, reply)
 
     async def late_reply(self) -> Any:
         """The reply, awaited after the caller was cancelled (None if it failed)."""
@@ -290,6 +335,16 @@ class _Call:
                 return await self.late
             return None
         return None if isinstance(self.reply, BaseException) else self.reply
+
+
+def _resolve(future: asyncio.Future[Any], reply: Any) -> None:
+    """Set ``future`` to ``reply`` (an exception: raised to its awaiter), unless it is done
+    (cancelled, or ended by its deadline)."""
+    if not future.done():
+        if isinstance(reply, BaseException):
+            future.set_exception(reply)
+        else:
+            future.set_result(reply)
 
 
 class _Batcher:
@@ -378,19 +433,24 @@ class _Batcher:
                     await self._exchange(conn, batch)
                 finally:
                     self._inflight = []
+                if not self._pending:
+                    # The callers just settled run before this task does again, and those that
+                    # call again at once (producers) make the next batch: it goes out on this
+                    # connection, without a pool checkout and a new flusher task per batch.
+                    await asyncio.sleep(0)
         finally:
             self._flusher = None
             await pool.release(conn)
 
     async def _exchange(self, conn: Any, batch: list[_Call]) -> None:
         try:
-            sends = _joined(batch)
+            sends, latest, idempotent = _joined(batch)
             packed = _packed(conn, [send.args for send in sends])
         except Exception:  # a command that cannot be encoded fails alone; its caller must
             batch = self._packable(conn, batch)  # not wait forever, nor fail the others
             if not batch:
                 return
-            sends = _joined(batch)
+            sends, latest, idempotent = _joined(batch)
             packed = _packed(conn, [send.args for send in sends])
         replies: list[Any] = []
 
@@ -405,8 +465,8 @@ class _Batcher:
 
         # The batch retries until its latest caller's deadline, and not after a read timeout
         # if any command of it is a claim.
-        CURRENT.set(max((call.deadline for call in batch), key=lambda d: d.at))
-        RETRY_TIMEOUTS.set(all(call.command.idempotent for call in batch))
+        CURRENT.set(latest)
+        RETRY_TIMEOUTS.set(idempotent)
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
@@ -449,26 +509,38 @@ class _Send:
             for call in self.calls:
                 call.settle(reply)
             return
+        if type(reply) is not list:
+            reply = list(reply)
         shared = self.merge.shared  # type: ignore[union-attr]
-        head, at = list(reply[:shared]), shared
+        head, at = reply[:shared], shared
         for call, n in zip(self.calls, self.items, strict=True):
-            call.settle(head + list(reply[at:at + n]))
+            call.settle(head + reply[at:at + n])
             at += n
 
 
-def _joined(batch: list[_Call]) -> list[_Send]:
+def _joined(batch: list[_Call]) -> tuple[list[_Send], Deadline, bool]:
     """The commands to send for ``batch``: those that may merge, with equal heads, joined (up
-    to their Merge's limit of items each); the rest as they are, in order."""
+    to their Merge's limit of items each); the rest as they are, in order. With them, how the
+    batch is retried (one pass over its calls for all three): until the latest of their
+    deadlines, and after a read timeout only if every command is idempotent."""
     sends: list[_Send] = []
     open_: dict[tuple[Any, ...], _Send] = {}
+    latest = batch[0].deadline
+    idempotent = True
     for call in batch:
-        merge, args, head = call.command.merge, call.command.args, call.command.head
+        command = call.command
+        if call.deadline.at > latest.at:
+            latest = call.deadline
+        if not command.idempotent:
+            idempotent = False
+        merge = command.merge
         if merge is None:
             sends.append(_Send(call, 0))
             continue
         # Equal heads: the same kept head object (the batch's calls hold it, so its id is
         # unique meanwhile) and equal args after it; else compare the args themselves.
-        key = ((id(head), *args[len(head):merge.head]) if head is not None
+        args, head = command.args, command.head
+        key = ((id(head), tuple(args[len(head):merge.head])) if head is not None
                else tuple(args[:merge.head]))
         items = (len(args) - merge.head) // merge.per_item
         send = open_.get(key)
@@ -477,7 +549,7 @@ def _joined(batch: list[_Call]) -> list[_Send]:
         else:
             send = open_[key] = _Send(call, items)
             sends.append(send)
-    return sends
+    return sends, latest, idempotent
 
 
 class TaskDoorbell(DoorbellBase):
