@@ -7,7 +7,7 @@ from the shard of their own zone.
 
 from __future__ import annotations
 
-import threading
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -152,15 +152,13 @@ class RoundRobinStrategy:
         #: Read by the queue: a strategy with ``skip_orphaned = True`` is given only the
         #: shards that are not orphaned (any strategy may set it).
         self.skip_orphaned = skip_orphaned
-        self._next = 0
-        self._lock = threading.Lock()
+        # next() of a C counter is one step under the GIL: thread-safe without a lock (at
+        # worst, without a GIL, two pushes share a shard: only the spread suffers); the
+        # lock cost ~5% of the client's CPU of one-message pushes from 100 asyncio tasks.
+        self._calls = itertools.count(1)
 
     def get_next_shard(self, all_shards: list[str], message: Message) -> str:
-        with self._lock:
-            self._next += 1
-            if self._next >= len(all_shards):
-                self._next = 0
-            return all_shards[self._next]
+        return all_shards[next(self._calls) % len(all_shards)]
 
 
 class LocalOnlyStrategy:
