@@ -67,12 +67,13 @@ class QueueOptions(TypedDict, total=False):
             :mod:`dynoqueue.core.preflight`).
         reply_spin_us: sync API only: how long a thread busy-polls its socket for a script
             call's reply before it sleeps in the kernel, microseconds, 0..10 000 (default 200;
-            0: never poll). A sleeping thread's wake-up costs about as much as a loopback round
-            trip itself (~40 us measured in a VM), so polling for a reply that comes within
-            the budget doubles one-message-per-call rates; calls whose replies take longer are
-            learned (per script and size) and sleep at once. Only on Linux with two or more
-            usable CPUs (a poll on one CPU would delay the server it waits for). The asyncio
-            API ignores it (an event loop never busy-waits).
+            0: never poll). Waking a sleeping thread on an idle CPU can cost more than a
+            loopback round trip itself (PING: ~80 us sleeping, ~30 us polling, in a VM), so
+            polling quick replies makes one-message-per-call pushes ~35% faster there. Each
+            kind of call (per script and size) polls only while that gets its replies
+            sooner: slow calls, and machines whose CPUs are all busy, sleep at once. Only on
+            Linux with two or more usable CPUs. The asyncio API ignores it (an event loop
+            never busy-waits).
     """
 
     unack_timeout_ms: int
