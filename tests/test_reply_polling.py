@@ -217,3 +217,15 @@ def test_a_reconnect_is_adopted_and_pollable(queues: RedisQueues,
     pin = queues._driver._pinned.quorum
     assert pin.sock is pin.conn._sock and pin.pollable
     assert sorted(m.id for m in queue.pop(2, wait_ms=0)) == ["after", "before"]
+
+
+def test_a_forked_child_may_poll_though_a_parent_thread_was_polling() -> None:
+    sync._POLLING[0] = True  # as if another thread of this process were polling now
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if it may poll
+            os._exit(0 if sync._POLLING[0] is False else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        sync._POLLING[0] = False

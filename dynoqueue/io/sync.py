@@ -46,6 +46,8 @@ _BIG_SEND = 4096
 #: never hold the GIL from each other nor take every CPU from the server they wait for.
 #: (Set and cleared under the GIL; two threads that both see False at once poll together.)
 _POLLING = [False]
+if hasattr(os, "register_at_fork"):  # a child forked while a thread polled would never poll
+    os.register_at_fork(after_in_child=lambda: _POLLING.__setitem__(0, False))
 #: Calls of a kind between two tries of the way it does not prefer (polling or sleeping):
 #: 16 at first and after a try that changed the preference, doubling up to 1024 after each
 #: try that did not.
