@@ -17,7 +17,8 @@
 -- closures cost ~2.5 us a call): mode replace or keep, no message with a group or its own max
 -- deliveries or TTL, and a queue with no stored policy, ended or dead messages, groups,
 -- records or born entries (one EXISTS). Each id is stored with HSETNX; a new id then waits in
--- its shard's queue zset (one ZRANGE and ZADD per shard, the doorbell as wait_in rings it).
+-- its shard's queue zset (one ZADD per shard; the doorbell rings as wait_in rings it: one
+-- ZRANK for a single message, one ZRANGE per shard for a batch).
 -- Anything else, and an id that exists in replace mode (this call's new ids are deleted
 -- again first), is left to the general code below, which then starts from nothing written.
 local DOORBELL = true
@@ -53,10 +54,12 @@ if FOUND == 0 then
     local id = ARGV[3]
     if redis.call('HSETNX', msg, id, ARGV[4]) == 1 then
       local key = KEYS[16 + tonumber(ARGV[7])]
-      local score = score_at(3)
-      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-      redis.call('ZADD', key, score, id)
-      if DOORBELL and (not first or score < tonumber(first)) then
+      redis.call('ZADD', key, score_at(3), id)
+      -- It rings when the message is now the shard's first: ZRANK's integer costs ~5 us less
+      -- than reading the first score before (a score comes back as text, formatted by the
+      -- server and parsed again here). Unlike wait_in, a tie with the first score whose id
+      -- sorts first rings too: at worst one extra wake-up.
+      if DOORBELL and redis.call('ZRANK', key, id) == 0 then
         redis.pcall('PUBLISH', key, '1')
       end
       return {now, 1}
