@@ -25,6 +25,8 @@ from dynoqueue import DynoQueueError, Message
 
 #: Rows of every fault test of this session, printed by conftest's terminal summary hook.
 SUMMARY_ROWS: list[str] = []
+#: Errors a Ledger keeps of each kind (typed, untyped); the rest are only counted.
+MAX_KEPT_ERRORS = 1000
 HEADER = (f"{'fault test':<34} {'attempts':>8} {'acked':>7} {'delivered':>9} {'lost':>5} "
           f"{'dup':>5} {'early':>5} {'strand':>6} {'dead':>5} {'unavail s':>9}")
 
@@ -44,6 +46,9 @@ class Ledger:
     stranded: int | None = None
     #: Ids found as dead letters (None: not measured); never counted as lost.
     dead_lettered: set[str] | None = None
+    #: Every failed call (``errors`` keeps only the first of each kind: see failed).
+    failures: int = 0
+    _kept: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attempt(self, ids: list[str], delay_ms: int) -> None:
@@ -59,8 +64,14 @@ class Ledger:
             self.ack_times.append(time.monotonic())
 
     def failed(self, exc: BaseException) -> None:
+        """Keep ``exc``: up to MAX_KEPT_ERRORS of each kind (typed, untyped), so that a call
+        failing in a loop cannot fill the memory with tracebacks; ``failures`` counts all."""
+        typed = isinstance(exc, DynoQueueError)
         with self._lock:
-            self.errors.append(exc)
+            self.failures += 1
+            if self._kept[typed] < MAX_KEPT_ERRORS:
+                self._kept[typed] += 1
+                self.errors.append(exc)
 
     def delivered(self, ids: list[str]) -> None:
         now_ms = time.time() * 1000
@@ -130,6 +141,7 @@ def pop_and_ack(ledger: Ledger, q: Any, stop: threading.Event) -> None:
                 q.ack_many(got)
         except Exception as exc:  # recorded, as the producers' errors
             ledger.failed(exc)
+            time.sleep(0.02)
 
 
 def run_under_fault(ledger: Ledger, producers: list[Any], consumers: list[Any],
@@ -146,16 +158,18 @@ def run_under_fault(ledger: Ledger, producers: list[Any], consumers: list[Any],
     for thread in makers + takers:
         thread.start()
     try:
-        time.sleep(before_s)
-        fault()
-        time.sleep(after_s)
-    finally:
-        stop_producing.set()
-        for thread in makers:
+        try:
+            time.sleep(before_s)
+            fault()
+            time.sleep(after_s)
+        finally:
+            stop_producing.set()
+            for thread in makers:
+                thread.join(timeout=30)
+        deadline = time.monotonic() + drain_s
+        while not (drained() if drained else not ledger.lost) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:  # also when the fault failed: no consumer may outlive the test
+        stop_consuming.set()
+        for thread in takers:
             thread.join(timeout=30)
-    deadline = time.monotonic() + drain_s
-    while not (drained() if drained else not ledger.lost) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop_consuming.set()
-    for thread in takers:
-        thread.join(timeout=30)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -21,7 +22,7 @@ from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
 from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, dynomite
 
 from .deployments import ZONES, Deployment, rack_contents
-from .faults import Ledger, run_under_fault
+from .faults import MAX_KEPT_ERRORS, Ledger, run_under_fault
 
 pytestmark = pytest.mark.slow
 
@@ -252,3 +253,28 @@ def test_dynomite_rack_restart_under_load_dc_quorum() -> None:
     assert len(ledger.acknowledged) > 500
     assert len(ledger.lost) + ledger.stranded <= len(ledger.acknowledged) // 100, (
         sorted(ledger.lost)[:10], sorted(left)[:10])
+
+
+def test_a_fault_that_fails_stops_every_load_thread_and_keeps_errors_bounded(
+        redis_server: RedisServer) -> None:
+    """The harness itself: a fault that raises must not leave consumers running (they would
+    spin on a closed queue for the rest of the session), and a call failing in a loop keeps
+    a bounded number of errors."""
+    ledger = Ledger("harness: failing fault")
+    with RedisQueues.from_url(redis_server.url, key_prefix=f"h{uuid.uuid4().hex[:8]}",
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get("load")
+
+        def fault() -> None:
+            raise RuntimeError("the fault went wrong")
+
+        with pytest.raises(RuntimeError, match="went wrong"):
+            run_under_fault(ledger, [q], [q], fault, before_s=0.2, after_s=0)
+    load = [t.name for t in threading.enumerate()
+            if "pop_and_ack" in t.name or "push_batches" in t.name]  # "Thread-N (target)"
+    assert load == []
+    for _ in range(3 * MAX_KEPT_ERRORS):
+        ledger.failed(DynoQueueError("x"))
+    assert ledger.failures == 3 * MAX_KEPT_ERRORS and len(ledger.errors) == MAX_KEPT_ERRORS
+    ledger.failed(ValueError("untyped"))  # still kept: the contract check reads these
+    assert [type(e) for e in ledger.untyped_errors()] == [ValueError]
