@@ -36,11 +36,12 @@ _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 _MAX_HEADS = 256
 #: The kernel times a pinned connection's reads and writes out (see _Pin.adopt): Linux only,
 #: where SO_RCVTIMEO / SO_SNDTIMEO take a struct timeval of two longs.
-_KERNEL_TIMEOUTS = sys.platform.startswith("linux")
+_LINUX = sys.platform.startswith("linux")
+_KERNEL_TIMEOUTS = _LINUX
 #: A peek that never blocks: is a reply's first byte there yet (see _Pin.poll)?
 _PEEK_NOW = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
-#: Replies bigger than this, or sent in several parts, are kept apart in _Pin.waits: a
-#: 500-message push takes far longer than a one-message push of the same script.
+#: Commands bigger than this, or sent in several parts, are a kind of call of their own in
+#: _Pin.waits: a 500-message push takes far longer than a one-message push of the same script.
 _BIG_SEND = 4096
 #: A thread of this process is busy-polling: others sleep instead, so that polling threads
 #: never hold the GIL from each other nor take every CPU from the server they wait for.
@@ -58,7 +59,7 @@ _EXPLORE_MAX = 1024
 def _can_poll() -> bool:
     """Busy-polling for replies pays: Linux (MSG_DONTWAIT) with at least two usable CPUs, so
     that the poll never takes the CPU the server needs to answer."""
-    if not sys.platform.startswith("linux") or not _PEEK_NOW:
+    if not _LINUX or not _PEEK_NOW:
         return False
     try:
         return len(os.sched_getaffinity(0)) >= 2
@@ -238,14 +239,15 @@ class _Pin:
     script) is kept, so a one-message push encodes 11 args instead of 30.
 
     Replies are busy-polled for up to ``spin_ns`` before the thread sleeps in the kernel:
-    waking a sleeping thread costs about as much as a loopback round trip itself (PING: ~65 us
-    sleeping, ~22 us polling, measured in a VM), so a quick script's caller gets its reply
-    in half the time. How long each kind of call (script head, small or big) takes when polled
-    for and when slept for is remembered: a kind polls only while that gets its replies
-    sooner, within the budget. So a slow script's caller sleeps at once, and on a machine
-    whose CPUs are all busy (where a poll would take the CPU the server needs) callers sleep;
-    now and then a call tries the other way (every 16th to 1024th call), so both come back
-    when things change. One thread of the process polls at a time (_POLLING).
+    waking a sleeping thread on an idle CPU can cost more than a loopback round trip itself
+    (PING: ~80 us sleeping, ~30 us polling, measured in a VM), so a quick script's caller
+    gets its reply far sooner. How long each kind of call (script head, small or big) takes
+    when polled for and when slept for is remembered (_Kind): a kind polls only while that
+    gets its replies sooner, within the budget. So a slow script's caller sleeps at once,
+    and on a machine whose CPUs are all busy (where a poll would take the CPU the server
+    needs) callers sleep; now and then a call tries the other way (every 16th to 1024th
+    call), so both come back when things change. One thread of the process polls at a time
+    (_POLLING).
     """
 
     __slots__ = ("conn", "direct", "heads", "pack", "pollable", "sock", "spin_ns", "waits")
@@ -263,9 +265,8 @@ class _Pin:
         self.spin_ns = spin_ns
         #: The socket is a blocking plain socket and spin_ns > 0 (set by adopt).
         self.pollable = False
-        #: Per kind of call: moving averages of how long its replies took when polled for and
-        #: when slept for, ns, and when to try the other way next (see learn, round_trip).
-        self.waits: dict[int, list[Any]] = {}
+        #: What each kind of call has learned (see _Kind, round_trip).
+        self.waits: dict[int, _Kind] = {}
 
     def round_trip(self, packed: list[bytes], kind: int = 0) -> Any:
         """Send ``packed`` on the connection and read its reply (redis-py's
@@ -290,12 +291,12 @@ class _Pin:
                     self.adopt(sock)
             if not self.pollable:
                 return conn.read_response()
-            state = self.waits.get(kind)
-            if state is None:
-                state = self.learn(kind)
-            prefers = self.prefers_poll(state)
-            state[2] -= 1
-            exploring = state[2] <= 0  # now and then, try the way not preferred
+            learned = self.waits.get(kind)
+            if learned is None:
+                learned = self.learn(kind)
+            prefers = self.prefers_poll(learned)
+            learned.countdown -= 1
+            exploring = learned.countdown <= 0  # now and then, try the way not preferred
             poll = prefers != exploring
             if poll and not _POLLING[0]:
                 _POLLING[0] = True
@@ -309,35 +310,37 @@ class _Pin:
             took = time.monotonic_ns() - sent
             # A try of the other way, or a first reading, replaces its estimate (it may be
             # long out of date); the usual reading moves it by a quarter of the difference.
-            old = state[0] if poll else state[1]
-            state[0 if poll else 1] = took if exploring or not old else old + (took - old) / 4
+            old = learned.polled if poll else learned.slept
+            new = took if exploring or not old else old + (took - old) / 4
+            if poll:
+                learned.polled = new
+            else:
+                learned.slept = new
             if exploring:  # tries that change nothing come ever more rarely
-                gap = _EXPLORE_MIN if self.prefers_poll(state) != prefers \
-                    else min(2 * state[3], _EXPLORE_MAX)
-                state[2] = state[3] = gap
+                learned.gap = _EXPLORE_MIN if self.prefers_poll(learned) != prefers \
+                    else min(2 * learned.gap, _EXPLORE_MAX)
+                learned.countdown = learned.gap
             return reply
         except RedisConnectionError as exc:
             if isinstance(exc.__context__, BlockingIOError):
                 raise RedisTimeoutError(f"Timeout {doing} socket") from exc
             raise
 
-    def prefers_poll(self, state: list[Any]) -> bool:
-        """Whether a kind of call with these estimates polls: while polling gets its replies
-        clearly sooner than sleeping does (by a fifth: a poll costs CPU, and on a machine
-        whose CPUs are all busy wake-ups are cheap and the two come out even), within the
-        budget; and while nothing is known yet."""
-        polled, slept = state[0], state[1]
+    def prefers_poll(self, learned: _Kind) -> bool:
+        """Whether a kind of call polls: while polling gets its replies clearly sooner than
+        sleeping does (by a fifth: a poll costs CPU, and on a machine whose CPUs are all busy
+        wake-ups are cheap and the two come out even), within the budget; and while nothing
+        is known yet."""
+        polled, slept = learned.polled, learned.slept
         return not polled or (polled < self.spin_ns and (not slept or 5 * polled < 4 * slept))
 
-    def learn(self, kind: int) -> list[Any]:
-        """A new kind of call's state: [polled wait ns, slept wait ns (0: not known yet),
-        calls until the next try of the way not preferred, the gap between such tries].
-        Forgets every kind when there are many (queues come and go)."""
+    def learn(self, kind: int) -> _Kind:
+        """A new kind of call's record; forgets every kind when there are many (queues come
+        and go)."""
         if len(self.waits) >= 2 * _MAX_HEADS:
             self.waits.clear()
-        state: list[Any] = [0, 0, _EXPLORE_MIN, _EXPLORE_MIN]
-        self.waits[kind] = state
-        return state
+        learned = self.waits[kind] = _Kind()
+        return learned
 
     def poll(self, until_ns: int) -> None:
         """Return once the reply's first byte is readable, the socket fails or closes (the
@@ -387,6 +390,20 @@ class _Pin:
             except TypeError:  # an argument type hiredis does not pack: let redis-py do it
                 pass
         return self.conn.pack_command(*args)
+
+
+class _Kind:
+    """What one kind of call (see _Pin) has learned: moving averages of how long its replies
+    took when polled for and when slept for (ns; 0: not known yet), the calls left until it
+    next tries the way it does not prefer, and the gap between such tries."""
+
+    __slots__ = ("countdown", "gap", "polled", "slept")
+
+    def __init__(self) -> None:
+        self.polled = 0.0
+        self.slept = 0.0
+        self.countdown = _EXPLORE_MIN
+        self.gap = _EXPLORE_MIN
 
 
 def _with_head(pack: Callable[[tuple[Any, ...]], bytes],
