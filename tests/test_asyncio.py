@@ -8,6 +8,7 @@ every public call on both APIs; this file covers the asyncio-only behaviour.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
 from typing import Any
@@ -128,6 +129,32 @@ def test_concurrent_pushes_join_into_few_script_calls_each_with_its_own_result(
     run(scenario())
     raw.close()
 
+
+def test_a_finished_batch_is_let_go_before_the_callers_make_the_next(redis_server,
+                                                                     prefix) -> None:
+    """Once a caller has its reply, nothing of the batcher holds that call (and its command's
+    args: a 500-message push's JSON) any more: the flusher used to keep the finished batch
+    through its loop turn, so every push built the next batch in fresh memory (~1 us per
+    message slower than the sync API's batched push)."""
+    from dynoqueue.io.aio import _Call
+
+    def live_calls_of(marker: str) -> list[Any]:
+        return [o for o in gc.get_objects() if type(o) is _Call
+                and any(marker.encode() in a for a in o.command.args if type(a) is bytes)]
+
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            await q.push([Message("warm-up")])
+            for n in (1, 500):
+                marker = f"kept-{n}-{uuid.uuid4().hex}"
+                await q.push([Message(f"{marker}-{i}", marker) for i in range(n)])
+                # The flusher task still waits for its next loop turn here.
+                assert live_calls_of(marker) == []
+            assert await q.size() == 502
+
+    run(scenario())
 
 def test_one_message_pushes_that_fail_on_the_wire_end_as_the_operation_decides(
         redis_server, prefix) -> None:

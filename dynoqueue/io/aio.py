@@ -433,6 +433,7 @@ class _Batcher:
                     await self._exchange(conn, batch)
                 finally:
                     self._inflight = []
+                    batch = []  # its commands' args go now, not after the next batch is made
                 if not self._pending:
                     # The callers just settled run before this task does again, and those that
                     # call again at once (producers) make the next batch: it goes out on this
