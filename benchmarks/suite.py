@@ -25,7 +25,7 @@ from .peers import ADAPTERS, ASYNCIO, PEERS, NotSupported, load
 _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
             "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
             "due_offset_ms", "client_cpu_ms", "server_cpu_ms", "pulls_per_msg",
-            "claim_gap_avg_ms", "claim_gap_max_ms")
+            "claim_gap_avg_ms", "claim_gap_max_ms", "ratio", "a_rate", "b_rate")
 #: The sections of a run: the six workloads and asyncio rows ("core"), the Worker (issue 13),
 #: ``dynoqueue serve`` over HTTP (issue 14), ordering (issue 15) and the message lifecycle's
 #: costs against the pre-lifecycle code (issue 10).
@@ -67,6 +67,11 @@ class Options:
     memory_n: int = 10_000
     bench_requests: int = 200_000
     async_tasks: int = 100
+    #: Paired A/B steps (benchmarks.paired): block pairs per run, and messages per block one
+    #: per call and in bulk.
+    paired_pairs: int = 16
+    paired_single: int = 250
+    paired_bulk: int = 5_000
     libraries: list[str] = field(default_factory=lambda: ["dynoqueue", *PEERS])
     sections: list[str] = field(default_factory=lambda: list(SECTIONS))
     worker_consume: int = 20_000
@@ -94,7 +99,8 @@ class Options:
                    bench_requests=20_000, worker_consume=3_000, serve_msgs=200,
                    serve_poll_msgs=50, serve_poll_spread_s=1.0,
                    ordering_depths=[1_000, 20_000], ordering_probe=2_000,
-                   lifecycle_messages=5_000, lifecycle_rounds=1, quick=True)
+                   lifecycle_messages=5_000, lifecycle_rounds=1, paired_pairs=4,
+                   paired_single=50, paired_bulk=1_000, quick=True)
 
 
 @dataclass
@@ -177,7 +183,7 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
     from . import limits, workloads
 
     raw: dict[str, Any] = {"enqueue": {}, "consume": {}, "lateness": {}, "memory": {},
-                           "limits": {}, "worker": {}, "serve": {}}
+                           "limits": {}, "worker": {}, "serve": {}, "paired": {}}
     steps: list[Step] = []
     asyncio_libs = asyncio_names(opts)
     missing = {name: _available(name) for name in [*opts.libraries, *asyncio_libs]}
@@ -253,6 +259,9 @@ def plan(opts: Options, server: Any) -> tuple[list[Step], dict[str, Any]]:
                     lambda: workloads.lateness(server, "dynoqueue", opts.lateness_dense,
                                                opts.spread_s, idle_s=opts.idle_s,
                                                lead_s=opts.lead_s), lib)
+
+        if "dynoqueue" in opts.libraries:
+            _plan_paired(opts, server, tag, add)
 
     _plan_sections(opts, server, raw, steps, add)
     if not core:
@@ -355,6 +364,29 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
                           f" messages x {opts.lifecycle_rounds} rounds", lifecycle))
 
 
+def _plan_paired(opts: Options, server: Any, tag: str, add: Any) -> None:
+    """A run's paired A/B steps (benchmarks.paired): dynoqueue's one-per-call push against each
+    peer's one-per-call enqueue, and dynoqueue.asyncio's bulk push against the sync API's, in
+    alternating blocks; the goals that compare two of them read these ratios (raw["paired"],
+    row "a vs b", mode "single" or "batched")."""
+    from . import paired
+
+    for peer in opts.libraries:
+        if peer != "dynoqueue":
+            add(f"{tag} dynoqueue vs {peer}: one per call, paired blocks", "paired",
+                f"dynoqueue vs {peer}", "single",
+                lambda peer=peer: paired.paired(server, "dynoqueue", peer, batched=False,
+                                                pairs=opts.paired_pairs,
+                                                size=opts.paired_single),
+                peer)
+    if "dynoqueue.asyncio" in asyncio_names(opts):
+        add(f"{tag} dynoqueue.asyncio vs dynoqueue: bulk, paired blocks", "paired",
+            "dynoqueue.asyncio vs dynoqueue", "batched",
+            lambda: paired.paired(server, "dynoqueue.asyncio", "dynoqueue", batched=True,
+                                  pairs=opts.paired_pairs, size=opts.paired_bulk),
+            "dynoqueue.asyncio")
+
+
 def _whole_section(raw: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> None:
     """``raw[name] = fn()``; on an error, the error there instead (its table reports it), so
     the other sections still count."""
@@ -386,9 +418,9 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     from .limits import MIXES, mix_rate
 
     out: dict[str, Any] = {}
-    for workload in ("enqueue", "consume", "lateness", "memory"):
+    for workload in ("enqueue", "consume", "lateness", "memory", "paired"):
         out[workload] = {row: {mode: _summarise(results) for mode, results in modes.items()}
-                         for row, modes in raw[workload].items()}
+                         for row, modes in raw.get(workload, {}).items()}
     bench = [r for r in raw["limits"]["redis_benchmark"] if r]
     out["limits"] = {
         "redis_benchmark": {cmd: summary([r[cmd] for r in bench]) for cmd in

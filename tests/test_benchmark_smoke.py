@@ -97,6 +97,20 @@ def test_asyncio_workloads_move_messages(bench_server: workloads.Server) -> None
         workloads.enqueue(bench_server, "dynoqueue", 10, batched=False, tasks=5)
 
 
+def test_paired_blocks_alternate_and_count(bench_server: workloads.Server) -> None:
+    from benchmarks.paired import paired
+
+    out = paired(bench_server, "dynoqueue", "huey", batched=False, pairs=3, size=20)
+    assert out["pairs"] == 3 and out["size"] == 20
+    assert out["a_rate"] > 0 and out["b_rate"] > 0 and out["ratio"] > 0
+    bulk = paired(bench_server, "dynoqueue.asyncio", "dynoqueue", batched=True, pairs=2,
+                  size=600)
+    assert bulk["ratio"] > 0
+    assert bench_server.admin.dbsize() == 0  # flushed after
+    with pytest.raises(NotSupported):  # huey has no bulk enqueue
+        paired(bench_server, "dynoqueue", "huey", batched=True, pairs=1, size=10)
+
+
 @pytest.mark.parametrize("name", ["bullmq", "saq"])
 def test_asyncio_peer_concurrent_enqueue(bench_server: workloads.Server, name: str) -> None:
     out = workloads.enqueue(bench_server, name, 60, batched=False, tasks=20)
@@ -165,6 +179,12 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
         assert (tmp_path / png).stat().st_size > 1000
     text = (tmp_path / "results.md").read_text()
     assert "### 1. Enqueue" in text and "### 7. asyncio APIs" in text
+    # The paired blocks (table 1b) and the goals that read them.
+    assert "### 1b. Enqueue in paired blocks" in text
+    assert data["paired"]["dynoqueue vs huey"]["single"]["ratio"]["median"] > 0
+    assert data["paired"]["dynoqueue.asyncio vs dynoqueue"]["batched"]["ratio"]["median"] > 0
+    one = next(g for g in data["goals"] if g["goal"].startswith("one message per call push"))
+    assert "paired vs huey" in one["measured"]
     # The Worker, serve and ordering sections (issues 13-15), with their goals.
     assert "### 8. Workers" in text and "### 9. dynoqueue serve" in text
     assert "### 10. Ordering" in text and "### 11. Message lifecycle" in text
