@@ -9,12 +9,15 @@ ran. The block order alternates (A B, then B A) so that neither side always runs
 
     paired(server, "dynoqueue", "huey", batched=False)  # one message per call
     paired(server, "dynoqueue.asyncio", "dynoqueue", batched=True)  # 500 per call
+    paired_consume(server, "dynoqueue.asyncio", "dynoqueue")  # pop(500) + ack_many
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .common import items
@@ -61,6 +64,59 @@ def paired(server: Any, a: str, b: str, batched: bool, pairs: int = 16,
             if waiting != (pairs + 1) * size:
                 raise RuntimeError(f"{(a, b)[name == 'b']}: {waiting} of {(pairs + 1) * size} "
                                    "enqueued messages are waiting")
+    finally:
+        for adapter in sides.values():
+            adapter.close()
+        server.admin.flushall()
+    return {"ratio": statistics.median(x / y for x, y in zip(rates["a"], rates["b"],
+                                                             strict=True)),
+            "a_rate": statistics.median(rates["a"]), "b_rate": statistics.median(rates["b"]),
+            "pairs": pairs, "size": size}
+
+
+def paired_consume(server: Any, a: str, b: str, pairs: int = 12,
+                   size: int = 5_000) -> dict[str, Any]:
+    """Drain ``pairs`` blocks of ``size`` due messages through ``a``'s consumer and as many
+    through ``b``'s, alternately, in this process (each adapter's own consumer loop, as in
+    workload 2, stopped once it has taken the block); each block is enqueued in bulk,
+    untimed, right before it is drained. An untimed block each goes first.
+
+    Returns:
+        As :func:`paired`: the median per-pair ratio of a's rate / b's rate and the median
+        block rates (msgs/s).
+
+    Raises:
+        RuntimeError: a side's queue is not empty after a block (a message lost or left).
+    """
+    server.admin.flushall()
+    sides = {"a": load(a)(server.url, queue="paired_a"), "b": load(b)(server.url, queue="paired_b")}
+    rates: dict[str, list[float]] = {"a": [], "b": []}
+
+    def drain(name: str, block: str) -> float:
+        adapter = sides[name]
+        adapter.enqueue(items(size, 0.0, prefix=block), True)
+        taken, stop = [0], threading.Event()
+
+        def on_batch(bodies: Sequence[str]) -> None:
+            taken[0] += len(bodies)
+            if taken[0] >= size:
+                stop.set()
+
+        started = time.perf_counter()
+        adapter.consume(on_batch, stop)
+        elapsed = time.perf_counter() - started
+        left = adapter.waiting()
+        if taken[0] != size or left:
+            raise RuntimeError(f"{(a, b)[name == 'b']}: took {taken[0]} of {size}, "
+                               f"{left} left")
+        return size / elapsed
+
+    try:
+        for name in sides:
+            drain(name, f"w{name}")
+        for pair in range(pairs):
+            for name in ("a", "b") if pair % 2 == 0 else ("b", "a"):
+                rates[name].append(drain(name, f"p{name}{pair}-"))
     finally:
         for adapter in sides.values():
             adapter.close()

@@ -366,9 +366,9 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
 
 def _plan_paired(opts: Options, server: Any, tag: str, add: Any) -> None:
     """A run's paired A/B steps (benchmarks.paired): dynoqueue's one-per-call push against each
-    peer's one-per-call enqueue, and dynoqueue.asyncio's bulk push against the sync API's, in
-    alternating blocks; the goals that compare two of them read these ratios (raw["paired"],
-    row "a vs b", mode "single" or "batched")."""
+    peer's one-per-call enqueue, and dynoqueue.asyncio's bulk push and pop+ack against the
+    sync API's, in alternating blocks; the goals that compare two of them read these ratios
+    (raw["paired"], row "a vs b", mode "single", "batched" or "consume")."""
     from . import paired
 
     for peer in opts.libraries:
@@ -384,6 +384,11 @@ def _plan_paired(opts: Options, server: Any, tag: str, add: Any) -> None:
             "dynoqueue.asyncio vs dynoqueue", "batched",
             lambda: paired.paired(server, "dynoqueue.asyncio", "dynoqueue", batched=True,
                                   pairs=opts.paired_pairs, size=opts.paired_bulk),
+            "dynoqueue.asyncio")
+        add(f"{tag} dynoqueue.asyncio vs dynoqueue: pop+ack, paired blocks", "paired",
+            "dynoqueue.asyncio vs dynoqueue", "consume",
+            lambda: paired.paired_consume(server, "dynoqueue.asyncio", "dynoqueue",
+                                          pairs=opts.paired_pairs, size=opts.paired_bulk),
             "dynoqueue.asyncio")
 
 
