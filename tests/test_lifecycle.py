@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis.cluster import RedisCluster
 
 from dynoqueue import (
     ConfigurationError,
@@ -403,6 +404,46 @@ def test_lifecycle_data_never_outlives_a_message_a_java_client_acked(make, raw) 
     raw.hdel(q.keys.message_hash, "j")
     q.process_unacks()
     assert not raw.hexists(q.keys.life, "j")
+
+
+def _reset_stats(raw: Any) -> None:
+    if isinstance(raw, RedisCluster):
+        raw.config_resetstat(target_nodes=RedisCluster.ALL_NODES)
+    else:
+        raw.config_resetstat()
+
+
+def _calls(raw: Any, command: str) -> int:
+    """Calls of ``command`` since _reset_stats, over the primaries of a Cluster client (its
+    replicas count the replicated commands again)."""
+    if isinstance(raw, RedisCluster):
+        per_node = list(raw.info("commandstats", target_nodes=RedisCluster.PRIMARIES).values())
+    else:
+        per_node = [raw.info("commandstats")]
+    return sum(int(node.get(f"cmdstat_{command}", {}).get("calls", 0)) for node in per_node)
+
+
+def test_a_pushed_id_counts_from_zero_while_other_messages_are_leased(make, raw) -> None:
+    """A producer's usual push (one plain message, or a batch) into a queue whose consumers
+    hold leases (delivery records exist) takes the short path of push.lua (HSETNX), and still
+    drops a leftover record of an earlier message with a pushed id (a Java client acked it)."""
+    q = make()
+    q.push([Message(i) for i in ("j", "k", "held")])
+    assert len(q.pop(3)) == 3
+    for gone in ("j", "k"):  # what the Java client's ack does; their records stay for now
+        raw.zrem(q.keys.unack_shard("a"), gone)
+        raw.hdel(q.keys.message_hash, gone)
+        assert raw.hexists(q.keys.life, gone)
+    _reset_stats(raw)
+    assert q.push([Message("j", "again")]) == ["j"]
+    assert q.push([Message("k", "again"), Message("new")]) == ["k", "new"]
+    assert _calls(raw, "hsetnx") == 3 and _calls(raw, "hset") == 0  # the short path
+    assert not raw.hexists(q.keys.life, "j") and not raw.hexists(q.keys.life, "k")
+    assert raw.hexists(q.keys.life, "held")  # the lease that still holds keeps its record
+    again = {m.id: m for m in q.pop(3)}
+    assert sorted(again) == ["j", "k", "new"]
+    assert {m.deliveries for m in again.values()} == {1}
+    assert again["j"].payload == "again"
 
 
 def test_born_entries_never_outlive_a_message_a_java_client_removed(make, raw) -> None:

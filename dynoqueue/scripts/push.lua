@@ -15,14 +15,17 @@
 --
 -- A producer's usual call runs first, before the prelude below makes its helpers (their
 -- closures cost ~2.5 us a call): mode replace or keep, no message with a group or its own max
--- deliveries or TTL, and a queue with no stored policy, ended or dead messages, groups,
--- records or born entries (one EXISTS). Each id is stored with HSETNX; a new id then waits in
--- its shard's queue zset (one ZADD per shard; the doorbell rings as wait_in rings it: one
--- ZRANK for a single message, one ZRANGE per shard for a batch).
+-- deliveries or TTL, and a queue with no stored policy, ended or dead messages, groups or born
+-- entries (one EXISTS; a second when the first finds something). Delivery records may exist (a
+-- queue whose consumers hold leases): a new id's leftover record, of an earlier message with
+-- that id that a Java client acked or removed, is deleted as the general code deletes it. Each
+-- id is stored with HSETNX; a new id then waits in its shard's queue zset (one ZADD per shard;
+-- the doorbell rings as wait_in rings it: one ZRANK for a single message, one ZRANGE per shard
+-- for a batch).
 -- Anything else, and an id that exists in replace mode (this call's new ids are deleted
 -- again first), is left to the general code below, which then starts from nothing written.
 local DOORBELL = true
-local FAST_NOW, FOUND = nil, nil
+local FAST_NOW, FOUND, LIVE = nil, nil, false
 if ARGV[2] ~= 'ensure' then
   local plain = true
   for i = 3, #ARGV, 9 do
@@ -34,9 +37,12 @@ if ARGV[2] ~= 'ensure' then
   if plain then
     -- ended, dead, groupof, policy, life, born (lifecycle_keys' order)
     FOUND = redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[3], KEYS[2], KEYS[14])
+    -- the same without life: only delivery records (LIVE: new ids' leftovers go)
+    LIVE = FOUND ~= 0
+      and redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[3], KEYS[14]) == 0
   end
 end
-if FOUND == 0 then
+if FOUND == 0 or LIVE then
   if ARGV[1] ~= '' then
     FAST_NOW = tonumber(ARGV[1])
   else
@@ -53,6 +59,7 @@ if FOUND == 0 then
   if #ARGV == 11 then  -- one message
     local id = ARGV[3]
     if redis.call('HSETNX', msg, id, ARGV[4]) == 1 then
+      if LIVE then redis.call('HDEL', KEYS[2], id) end
       local key = KEYS[16 + tonumber(ARGV[7])]
       redis.call('ZADD', key, score_at(3), id)
       -- It rings when the message is now the shard's first: ZRANK's integer costs ~5 us less
@@ -82,6 +89,7 @@ if FOUND == 0 then
       end
     end
     if out then
+      if LIVE and #added > 0 then redis.call('HDEL', KEYS[2], unpack(added)) end
       -- one ZADD per shard; the doorbell rings when the shard's earliest score drops
       local adds, low = {}, {}
       n = 1
