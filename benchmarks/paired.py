@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .common import items
@@ -25,6 +25,34 @@ from .peers import load
 
 #: Messages are delayed by an hour, as in workload 1, so nothing becomes due meanwhile.
 DELAY_MS = 3_600_000
+
+
+def _alternate(server: Any, a: str, b: str, pairs: int, size: int,
+               block: Callable[[str, Any, str], float],
+               check: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Open adapters ``a`` and ``b`` on a flushed server, run ``block(side, adapter, label)``
+    (its msgs/s) once each untimed, then ``pairs`` times each in alternating order; then
+    ``check(side, adapter)`` each; close them and flush. Returns the pair ratios' median."""
+    server.admin.flushall()
+    sides = {"a": load(a)(server.url, queue="paired_a"), "b": load(b)(server.url, queue="paired_b")}
+    rates: dict[str, list[float]] = {"a": [], "b": []}
+    try:
+        for side, adapter in sides.items():
+            block(side, adapter, f"w{side}")
+        for pair in range(pairs):
+            for side in ("a", "b") if pair % 2 == 0 else ("b", "a"):
+                rates[side].append(block(side, sides[side], f"p{side}{pair}-"))
+        if check is not None:
+            for side, adapter in sides.items():
+                check(side, adapter)
+    finally:
+        for adapter in sides.values():
+            adapter.close()
+        server.admin.flushall()
+    return {"ratio": statistics.median(x / y for x, y in zip(rates["a"], rates["b"],
+                                                             strict=True)),
+            "a_rate": statistics.median(rates["a"]), "b_rate": statistics.median(rates["b"]),
+            "pairs": pairs, "size": size}
 
 
 def paired(server: Any, a: str, b: str, batched: bool, pairs: int = 16,
@@ -47,31 +75,19 @@ def paired(server: Any, a: str, b: str, batched: bool, pairs: int = 16,
         NotSupported: an adapter has no bulk API (``batched``).
         RuntimeError: a side's messages are not all waiting afterwards.
     """
-    server.admin.flushall()
-    sides = {"a": load(a)(server.url, queue="paired_a"), "b": load(b)(server.url, queue="paired_b")}
-    rates: dict[str, list[float]] = {"a": [], "b": []}
-    try:
-        for name, adapter in sides.items():
-            adapter.enqueue(items(size, DELAY_MS, prefix=f"w{name}"), batched)
-        for pair in range(pairs):
-            for name in ("a", "b") if pair % 2 == 0 else ("b", "a"):
-                batch = items(size, DELAY_MS, prefix=f"p{name}{pair}-")
-                started = time.perf_counter()
-                sides[name].enqueue(batch, batched)
-                rates[name].append(size / (time.perf_counter() - started))
-        for name, adapter in sides.items():
-            waiting = adapter.waiting()
-            if waiting != (pairs + 1) * size:
-                raise RuntimeError(f"{(a, b)[name == 'b']}: {waiting} of {(pairs + 1) * size} "
-                                   "enqueued messages are waiting")
-    finally:
-        for adapter in sides.values():
-            adapter.close()
-        server.admin.flushall()
-    return {"ratio": statistics.median(x / y for x, y in zip(rates["a"], rates["b"],
-                                                             strict=True)),
-            "a_rate": statistics.median(rates["a"]), "b_rate": statistics.median(rates["b"]),
-            "pairs": pairs, "size": size}
+    def block(side: str, adapter: Any, label: str) -> float:
+        batch = items(size, DELAY_MS, prefix=label)
+        started = time.perf_counter()
+        adapter.enqueue(batch, batched)
+        return size / (time.perf_counter() - started)
+
+    def check(side: str, adapter: Any) -> None:
+        waiting = adapter.waiting()
+        if waiting != (pairs + 1) * size:
+            raise RuntimeError(f"{(a, b)[side == 'b']}: {waiting} of {(pairs + 1) * size} "
+                               "enqueued messages are waiting")
+
+    return _alternate(server, a, b, pairs, size, block, check)
 
 
 def paired_consume(server: Any, a: str, b: str, pairs: int = 12,
@@ -88,13 +104,8 @@ def paired_consume(server: Any, a: str, b: str, pairs: int = 12,
     Raises:
         RuntimeError: a side's queue is not empty after a block (a message lost or left).
     """
-    server.admin.flushall()
-    sides = {"a": load(a)(server.url, queue="paired_a"), "b": load(b)(server.url, queue="paired_b")}
-    rates: dict[str, list[float]] = {"a": [], "b": []}
-
-    def drain(name: str, block: str) -> float:
-        adapter = sides[name]
-        adapter.enqueue(items(size, 0.0, prefix=block), True)
+    def block(side: str, adapter: Any, label: str) -> float:
+        adapter.enqueue(items(size, 0.0, prefix=label), True)
         taken, stop = [0], threading.Event()
 
         def on_batch(bodies: Sequence[str]) -> None:
@@ -107,21 +118,8 @@ def paired_consume(server: Any, a: str, b: str, pairs: int = 12,
         elapsed = time.perf_counter() - started
         left = adapter.waiting()
         if taken[0] != size or left:
-            raise RuntimeError(f"{(a, b)[name == 'b']}: took {taken[0]} of {size}, "
+            raise RuntimeError(f"{(a, b)[side == 'b']}: took {taken[0]} of {size}, "
                                f"{left} left")
         return size / elapsed
 
-    try:
-        for name in sides:
-            drain(name, f"w{name}")
-        for pair in range(pairs):
-            for name in ("a", "b") if pair % 2 == 0 else ("b", "a"):
-                rates[name].append(drain(name, f"p{name}{pair}-"))
-    finally:
-        for adapter in sides.values():
-            adapter.close()
-        server.admin.flushall()
-    return {"ratio": statistics.median(x / y for x, y in zip(rates["a"], rates["b"],
-                                                             strict=True)),
-            "a_rate": statistics.median(rates["a"]), "b_rate": statistics.median(rates["b"]),
-            "pairs": pairs, "size": size}
+    return _alternate(server, a, b, pairs, size, block)
