@@ -453,11 +453,22 @@ while True:  # reap the orphaned redis-server, whatever happens
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
-def test_server_dies_with_its_parent_process() -> None:
+@pytest.mark.parametrize("how", ["setpriv", "preexec_fn"])
+def test_server_dies_with_its_parent_process(how: str) -> None:
+    """Both ways of tying a server to its parent: setpriv's --pdeathsig (no Python runs in
+    the child between fork and exec) and, where setpriv is missing, a preexec_fn."""
+    from dynoqueue.embedded import server as embedded_server
+
+    if how == "setpriv" and embedded_server._setpriv() is None:
+        pytest.skip("no setpriv with --pdeathsig here")
     child = textwrap.dedent(
-        """
+        f"""
         import os
-        from dynoqueue.embedded import RedisServer
+        from dynoqueue.embedded import RedisServer, server as embedded_server
+        if {how == "preexec_fn"}:
+            embedded_server._SETPRIV[:] = [None]  # as on a machine without setpriv
+        command, preexec = embedded_server.with_parent(["redis-server"])
+        assert (preexec is None) == {how == "setpriv"}, (command, preexec)
         server = RedisServer().start()
         print(server.pid, server.directory, flush=True)
         os._exit(0)  # no atexit hooks, no clean-up: only PR_SET_PDEATHSIG can stop the server

@@ -34,9 +34,9 @@ from dynoqueue.embedded.server import (
     _LOCALHOST,
     _PORT_ATTEMPTS,
     RedisServer,
-    _die_with_parent,
     _tail,
     free_port,
+    with_parent,
 )
 from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import DynomiteNotFoundError, InvalidArgumentError, RedisServerStartError
@@ -174,12 +174,12 @@ class DynomiteNode:
         if self.is_running():
             return
         with self.log_path.open("ab") as out:
-            self._process = subprocess.Popen(
+            command, preexec = with_parent(
                 [self.executable, "-c", str(self.config_path), "-o", str(self.log_path),
-                 "-v", "4"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.config_path.parent, preexec_fn=_die_with_parent(os.getpid()),
-                start_new_session=True)
+                 "-v", "4"])
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self.config_path.parent, preexec_fn=preexec, start_new_session=True)
         with _live_lock:
             _live_nodes.append(self)
         probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5,
