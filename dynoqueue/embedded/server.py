@@ -74,10 +74,12 @@ def with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] |
     this one dies (Linux; elsewhere the command as it is).
 
     setpriv (util-linux) sets the signal and execs the command when it can, so the child runs
-    no Python between fork and exec: a ``preexec_fn`` in a process with other threads can hang
-    the child before its exec, and Popen with it (seen once in a CI run, in a fault test with
-    10 threads pushing, popping and listening). Without setpriv, the ``preexec_fn`` of
-    :func:`_die_with_parent`. The process keeps its pid: setpriv execs the command in place.
+    no Python between fork and exec. With a ``preexec_fn``, CPython's after-fork work runs in
+    the child, and in a process with other threads it can hang there before the exec, and
+    Popen with it: seen once in a CI run, in a fault test with a dozen threads, where the
+    child waited forever on a lock in a ``__del__`` of an object another thread had left
+    behind. Without setpriv, the ``preexec_fn`` of :func:`_die_with_parent`. The process
+    keeps its pid: setpriv execs the command in place.
     """
     setpriv = _setpriv()
     if setpriv is not None:
