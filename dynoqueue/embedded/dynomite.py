@@ -30,6 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from dynoqueue.embedded.binary import executable_path
 from dynoqueue.embedded.server import (
     _LOCALHOST,
     _PORT_ATTEMPTS,
@@ -86,8 +87,8 @@ def find_dynomite() -> str:
     """
     configured = os.environ.get(ENV_DYNOMITE, "").strip()
     if configured:
-        found = configured if os.sep in configured else shutil.which(configured)
-        if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+        found = executable_path(configured)
+        if found is None:
             raise DynomiteNotFoundError(
                 f"{ENV_DYNOMITE}={configured!r} is not an executable dynomite. {_GET_IT}")
         return os.path.abspath(found)

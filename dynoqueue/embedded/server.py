@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -31,7 +32,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dynoqueue.embedded.binary import _parse_version, find_redis_server
+from dynoqueue.embedded.binary import _parse_version, executable_path, find_redis_server
 from dynoqueue.embedded.tls import TlsFiles
 from dynoqueue.errors import InvalidArgumentError, RedisServerStartError
 
@@ -87,23 +88,19 @@ def with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] |
     return list(command), _die_with_parent(os.getpid())
 
 
-_SETPRIV: list[str | None] = []
-
-
+@functools.cache
 def _setpriv() -> str | None:
     """The path of a setpriv that takes ``--pdeathsig`` (tried once per process), or None."""
-    if not _SETPRIV:
-        path = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-        if path is not None:
-            probe = [path, "--pdeathsig", "KILL", "--", sys.executable, "-c", ""]
-            try:
-                if subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=10, check=False).returncode != 0:
-                    path = None
-            except (OSError, subprocess.SubprocessError):
-                path = None
-        _SETPRIV.append(path)
-    return _SETPRIV[0]
+    path = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if path is None:
+        return None
+    probe = [path, "--pdeathsig", "KILL", "--", sys.executable, "-c", ""]
+    try:
+        done = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if done.returncode == 0 else None
 
 
 def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
@@ -540,11 +537,11 @@ class RedisServer:
             raise AssertionError("unreachable")  # pragma: no cover
 
     def _spawn_and_wait(self) -> None:
-        executable = self._command_line()[0]
-        found = executable if os.sep in executable else shutil.which(executable)
-        if found is None or not os.access(found, os.X_OK):  # what Popen said before setpriv
+        line = self._command_line()
+        executable = line[0]
+        if executable_path(executable) is None:  # Popen said so itself before setpriv
             raise RedisServerStartError(f"could not run {executable}: not an executable file")
-        command, preexec = with_parent(self._command_line())
+        command, preexec = with_parent(line)
         directory = self.directory
         stdout_path = directory / "redis.stdout"
         with self.log_path.open("ab") as log:  # mark where this start begins
