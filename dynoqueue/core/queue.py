@@ -795,7 +795,7 @@ class QueueCore:
         self._check_attached()
         local = self.local_shard
         keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
-                self.keys.group_of, self.keys.group_line_base]
+                self.keys.group_of, self.keys.group_line_base, self.keys.group_head]
         operation, cursor = "get_msg_with_predicate", 0
         while True:
             reply = yield from self._guard(operation, keys[0], self._command(

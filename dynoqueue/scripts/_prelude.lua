@@ -357,11 +357,21 @@ end
 -- ---------------------------------------------------------------------- ordered groups
 -- All messages of a group live in one shard s. Only the group's current message (K.ghead)
 -- is in a queue, ready or unack zset of s: waiting, or leased (then the group is locked). The
--- others wait in the group's own line (group_line: a small zset, scored by due ms; member: the
--- push sequence (16 digits), the priority (2 digits), the id), so the next one is the line's
--- lowest entry and moving a group on is one ZPOPMIN of a small key. K.gwait counts each
--- shard's line members (for sizes). K.groupof has each grouped id's due ms, sequence, shard,
--- priority and group.
+-- others wait in the group's line (group_line: a small zset, scored by due ms; member: the
+-- push sequence (16 digits), the priority (2 digits), the id), in the order they are
+-- delivered. K.gwait counts each shard's waiting line members (for sizes).
+--
+-- K.groupof has each grouped id's record: due ms (16 digits), sequence (16), shard (3),
+-- priority (2), group, then byte 255 and its successor: the message delivered after it, as
+-- due (16) sequence (16) priority (2) id, or nothing for the group's last one. (Byte 255 is
+-- in no UTF-8 text; a record without it, written by an older version, has no successor: the
+-- next one is then looked up in the line.) The successors chain the group in delivery order,
+-- so an ack moves a group on from the record it reads anyway, without touching the line: the
+-- promoted message's member stays in the line, as its "stale mark" (K.ghead names the current
+-- message; its member is in the line only when it came from there). The members up to the
+-- mark are stale: messages already delivered and this current one. A push cuts them off
+-- before it inserts (so stale members stay only while nothing is pushed), and the group's
+-- last ack deletes the line.
 
 -- Whether the queue has grouped messages at all: checked once per script call, so queues
 -- without groups pay nothing per message.
@@ -371,14 +381,39 @@ local function has_groups(k)
   return HAS_GROUPS
 end
 
--- id's group record {key = due .. sequence (32 digits, its place in the group), due, seq (its
--- 16 digits), s, pr, g}, or nil when it has no group.
+-- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
+-- the group), due, seq (its 16 digits), s, pr, g, succ (the successor's text, '' for none,
+-- nil when not known)}.
+local function parse_group_rec(raw)
+  local cut = string.find(raw, '\255', 38, true)
+  local g, succ = nil, nil
+  if cut then
+    g, succ = string.sub(raw, 38, cut - 1), string.sub(raw, cut + 1)
+  else
+    g = string.sub(raw, 38)
+  end
+  return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
+          seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
+          pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = succ}
+end
+
+-- id's group record (parse_group_rec), or nil when it has no group.
 local function group_rec(k, id)
   local raw = redis.call('HGET', k.groupof, id)
   if not raw then return nil end
-  return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
-          seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
-          pr = tonumber(string.sub(raw, 36, 37)), g = string.sub(raw, 38)}
+  return parse_group_rec(raw)
+end
+
+-- Store rec as id's record, with successor text succ ('' for none).
+local function save_group_rec(k, id, rec, succ)
+  rec.succ = succ
+  redis.call('HSET', k.groupof, id, rec.key .. string.format('%03d%02d', rec.s, rec.pr) .. rec.g
+                                    .. '\255' .. succ)
+end
+
+-- The successor text naming id (its record rec): due, sequence, priority, id.
+local function succ_of(rec, id)
+  return rec.key .. string.format('%02d', rec.pr) .. id
 end
 
 -- The key of group g's line: the base, '.', and g with every byte but 0-9 A-Z a-z _ : - written
@@ -405,6 +440,13 @@ local function line_member(rec, id)
   return rec.seq .. string.format('%02d', rec.pr) .. id
 end
 
+-- The rank of group g's stale mark in its line (the line member of its current message head,
+-- record cur, when it is there), or nil: the members up to it are stale.
+local function mark_rank(k, line, head, cur)
+  if not cur then return nil end
+  return redis.call('ZRANK', line, line_member(cur, head))
+end
+
 -- Shard s's line members changed by delta: keep its count in K.gwait (no field at 0). A script
 -- that changes many (push) sets WAITING = {} first and calls flush_waiting(k) at its end: one
 -- HINCRBY per shard and call instead of one per message.
@@ -426,116 +468,185 @@ local function flush_waiting(k)
   WAITING = nil
 end
 
+-- The successor text of group g's current message when its record does not have one (an
+-- older version's record, or none: a Java client removed it): the line's first member after
+-- the stale ones (with no record to find the mark, members whose record is gone are skipped).
+local function succ_from_line(k, g)
+  local line = group_line(k, g)
+  local head = redis.call('HGET', k.ghead, g)
+  local rank = head and mark_rank(k, line, head, group_rec(k, head))
+  rank = rank and rank + 1 or 0
+  while true do
+    local top = redis.call('ZRANGE', line, rank, rank, 'WITHSCORES')
+    if not top[1] then return '' end
+    local id = string.sub(top[1], 19)
+    if id ~= head and redis.call('HEXISTS', k.groupof, id) == 1 then
+      return string.format('%016.0f', tonumber(top[2])) .. top[1]
+    end
+    rank = rank + 1
+  end
+end
+
 -- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a
--- number) left: for each, the first one in its
--- line, if any, becomes current and waits, due at its own due time; a group with no line left
--- has no current message. One HSET / HDEL of the heads, one ZADD per shard and zset, one count
--- per shard for all of them. (One whose message a Java client removed is dead-lettered as
--- 'payload-missing' when a claim finds no payload, which moves the group on.)
-local function promote_groups(k, groups, shards)
-  local heads, gone, by_shard, seen = {}, {}, {}, {}
+-- number) left; succs[i] is the successor text from the leaving one's record (nil: look it
+-- up in the line). Each successor becomes current and waits, due at its own due time; its
+-- line member stays, as the group's stale mark. A group with no successor has no messages
+-- left: its head entry and line go. One HSET / HDEL of the heads, one ZADD per shard and
+-- zset, one count per shard for all of them.
+local function promote_groups(k, groups, shards, succs)
+  local heads, nh, gone, by_shard, seen = {}, 0, {}, {}, {}
   local st = strict(k)
   local one = type(shards) == 'number' and shards
   for i = 1, #groups do
-    local g, s = groups[i], one or shards[i]
-    if not seen[g] then  -- one ack leaves a group once; a second pop would lose a message
+    local g = groups[i]
+    if not seen[g] then  -- one ack leaves a group once; a second would skip a message
       seen[g] = true
-      local top = redis.call('ZPOPMIN', line_key(k, g))  -- each group once: no cache
-      local member = top[1]
-      if member then
-        local id = string.sub(member, 19)
-        heads[#heads + 1] = g
-        heads[#heads + 1] = id
-        local due, pr = tonumber(top[2]), string.sub(member, 17, 18)
+      local s = one or shards[i]
+      local succ = succs[i] or succ_from_line(k, g)
+      if succ ~= '' then
+        -- due (1-16) sequence (17-32) priority (33-34) id (35-)
+        local id = string.sub(succ, 35)
+        heads[nh + 1] = g
+        heads[nh + 2] = id
+        nh = nh + 2
+        -- the queue score as text: due ms (zero-padded digits) '.' priority: the same double
+        -- as due + pr / 100, without formatting a double in Lua
+        local score = string.sub(succ, 1, 16) .. '.' .. string.sub(succ, 33, 34)
         local add = by_shard[s]
         if not add then
-          add = {q = {}, r = {}, n = 0, min = math.huge}
+          add = {q = {}, nq = 0, r = {}, n = 0, min = score}
           by_shard[s] = add
+        elseif score < add.min then
+          add.min = score
         end
         add.n = add.n + 1
-        local score = due + tonumber(pr) / 100
-        if score < add.min then add.min = score end
-        if st and due <= NOW then
-          add.r[#add.r + 1] = ready_score(due, tonumber(pr))
+        local due = st and tonumber(string.sub(succ, 1, 16))
+        if due and due <= NOW then
+          add.r[#add.r + 1] = ready_score(due, tonumber(string.sub(succ, 33, 34)))
           add.r[#add.r + 1] = id
         else
-          -- the score as text: the due ms as Redis wrote it (digits only below 1e15), then the
-          -- priority digits: the same double as due + pr / 100, without formatting a double
-          if due < 1e15 then score = top[2] .. '.' .. pr end
-          add.q[#add.q + 1] = score
-          add.q[#add.q + 1] = id
+          add.q[add.nq + 1] = score
+          add.q[add.nq + 2] = id
+          add.nq = add.nq + 2
         end
       else
         gone[#gone + 1] = g
       end
     end
   end
-  if #heads > 0 then redis.call('HSET', k.ghead, unpack(heads)) end
-  if #gone > 0 then redis.call('HDEL', k.ghead, unpack(gone)) end
+  if nh > 0 then redis.call('HSET', k.ghead, unpack(heads)) end
+  if #gone > 0 then
+    redis.call('HDEL', k.ghead, unpack(gone))
+    local lines = {}
+    for i, g in ipairs(gone) do lines[i] = group_line(k, g) end
+    redis.call('DEL', unpack(lines))  -- only stale members are left in them
+  end
   for s, add in pairs(by_shard) do
     local first = first_waiting(k, s)  -- as wait_in: before the new ones are in
-    if #add.q > 0 then redis.call('ZADD', k.queue(s), unpack(add.q)) end
+    if add.nq > 0 then redis.call('ZADD', k.queue(s), unpack(add.q)) end
     if #add.r > 0 then redis.call('ZADD', k.ready(s), unpack(add.r)) end
     count_waiting(k, s, -add.n)
-    if add.min < first and not RUNG[s] then
+    if tonumber(add.min) < first and not RUNG[s] then
       RUNG[s] = true
       ring(k.queue(s))
     end
   end
 end
 
-local function promote_next(k, g, s)
-  promote_groups(k, {g}, {s})
-end
-
 -- id leaves its group (it ended, or is re-pushed or rescheduled): if it was the current one
--- (current = true: the caller knows, e.g. it was leased), the next one becomes current.
+-- (current = true: the caller knows, e.g. it was leased), the next one becomes current; if it
+-- waited in the line, the message before it takes its successor.
 local function group_leave(k, id, current)
   if not has_groups(k) then return end
   local raw = redis.call('HGET', k.groupof, id)
   if not raw then return end
   redis.call('HDEL', k.groupof, id)
-  local g, s = string.sub(raw, 38), tonumber(string.sub(raw, 33, 35))
-  if current or redis.call('HGET', k.ghead, g) == id then
-    promote_next(k, g, s)
-  else
-    local member = string.sub(raw, 17, 32) .. string.sub(raw, 36, 37) .. id
-    count_waiting(k, s, -redis.call('ZREM', group_line(k, g), member))
+  local rec = parse_group_rec(raw)
+  local g, s = rec.g, rec.s
+  local head = redis.call('HGET', k.ghead, g)
+  if current or head == id then
+    promote_groups(k, {g}, s, {rec.succ})
+    return
   end
+  local line = group_line(k, g)
+  local member = line_member(rec, id)
+  local rank = redis.call('ZRANK', line, member)
+  if not rank then return end
+  local succ = rec.succ
+  if not succ then
+    local after = redis.call('ZRANGE', line, rank + 1, rank + 1, 'WITHSCORES')
+    succ = after[1] and string.format('%016.0f', tonumber(after[2])) .. after[1] or ''
+  end
+  local pred = head
+  local prec = head and group_rec(k, head)
+  if rank > 0 then  -- the member before: a waiting one, or the stale mark (then the current)
+    local before = redis.call('ZRANGE', line, rank - 1, rank - 1)[1]
+    if not (prec and before == line_member(prec, head)) then
+      pred = string.sub(before, 19)
+      prec = group_rec(k, pred)
+    end
+  end
+  if prec then save_group_rec(k, pred, prec, succ) end
+  redis.call('ZREM', line, member)
+  count_waiting(k, s, -1)
 end
 
 -- id (its JSON stored, in no zset) joins group g, due at due with priority pr and push
 -- sequence seq. It goes to the group's shard (s, the client's crc32 pick, only for a group
 -- with no messages). It becomes current if the group has none, or if it is due before a
--- current one that waits and was never delivered; else it waits behind, in the group's line.
--- Returns its shard.
+-- current one that waits and was never delivered; else it waits in the line, in due order,
+-- linked in after the message before it. Returns its shard.
 local function group_insert(k, id, g, s, due, pr, seq)
   HAS_GROUPS = true
   local head = redis.call('HGET', k.ghead, g)
   local cur = head and group_rec(k, head)
   if head and not (cur and redis.call('HEXISTS', k.msg, head) == 1) then
     -- the current message is gone (a Java client acked or removed it): repair the group first
-    if cur then group_leave(k, head) else promote_next(k, g, s) end
+    if cur then group_leave(k, head, true) else promote_groups(k, {g}, s, {nil}) end
     head = redis.call('HGET', k.ghead, g)
     cur = head and group_rec(k, head)
   end
   if cur then s = cur.s end
   due = math.min(math.max(due, 0), 9999999999999999)
-  local mine = {key = string.format('%016.0f%016.0f', due, seq), g = g, pr = pr}
-  mine.seq = string.sub(mine.key, 17, 32)
-  redis.call('HSET', k.groupof, id, mine.key .. string.format('%03d%02d', s, pr) .. g)
+  local key = string.format('%016.0f%016.0f', due, seq)
+  local mine = {key = key, seq = string.sub(key, 17, 32), s = s, pr = pr, g = g}
   if not cur then
+    save_group_rec(k, id, mine, '')
     redis.call('HSET', k.ghead, g, id)
     wait_in(k, s, id, due, pr)
-  elseif bytes_less(mine.key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
-      and (life_of(k, head).d or 0) == 0 then
-    unwait(k, head, s)
-    count_waiting(k, s, redis.call('ZADD', group_line(k, g), cur.due, line_member(cur, head)))
-    redis.call('HSET', k.ghead, g, id)
-    wait_in(k, s, id, due, pr)
-  else
-    count_waiting(k, s, redis.call('ZADD', group_line(k, g), due, line_member(mine, id)))
+    return s
   end
+  local line = group_line(k, g)
+  local stale = mark_rank(k, line, head, cur)
+  if stale then  -- cut the stale members off: the line holds waiting ones only from here on
+    redis.call('ZREMRANGEBYRANK', line, 0, stale)
+  end
+  if bytes_less(key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
+      and (life_of(k, head).d or 0) == 0 then
+    -- due before the current one, which waits undelivered: this one goes first
+    unwait(k, head, s)
+    count_waiting(k, s, redis.call('ZADD', line, cur.due, line_member(cur, head)))
+    save_group_rec(k, id, mine, succ_of(cur, head))
+    redis.call('HSET', k.ghead, g, id)
+    wait_in(k, s, id, due, pr)
+    return s
+  end
+  local member = line_member(mine, id)
+  count_waiting(k, s, redis.call('ZADD', line, due, member))
+  local rank = redis.call('ZRANK', line, member)
+  local near = redis.call('ZRANGE', line, math.max(rank - 1, 0), rank + 1, 'WITHSCORES')
+  local succ = ''
+  local pred = head
+  local prec = cur
+  if rank > 0 then
+    pred = string.sub(near[1], 19)
+    prec = group_rec(k, pred)
+    if near[5] then succ = string.format('%016.0f', tonumber(near[6])) .. near[5] end
+  elseif near[3] then
+    succ = string.format('%016.0f', tonumber(near[4])) .. near[3]
+  end
+  save_group_rec(k, id, mine, succ)
+  if prec then save_group_rec(k, pred, prec, succ_of(mine, id)) end
   return s
 end
 

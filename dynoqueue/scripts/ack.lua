@@ -7,8 +7,9 @@
 -- With a retention the acked message stays queryable (state ACKED) until the sweep drops it.
 -- Ids are looked up, checked and deleted with one variadic command per key (ZMSCORE, HMGET,
 -- ZREM, HDEL), not one per message; those with a receipt go first, then those without. A
--- grouped one moves its group on: one ZPOPMIN of the group's line each, then one HSET of the
--- new current messages and one ZADD per shard for all of them (promote_groups).
+-- grouped one moves its group on to the successor its record names (no look at the group's
+-- line): one HSET of the new current messages and one ZADD per shard for all of them
+-- (promote_groups).
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)
@@ -40,17 +41,24 @@ local function ack_found(s, found)
   else
     if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
       local raws = redis.call('HMGET', k.groupof, unpack(found))
-      local grouped, groups = {}, {}
+      local grouped, groups, succs, ng = {}, {}, {}, 0
       for i, id in ipairs(found) do
         local raw = raws[i]
-        if raw then
-          grouped[#grouped + 1] = id
-          groups[#groups + 1] = string.sub(raw, 38)
+        if raw then  -- the group and successor, as parse_group_rec reads them
+          ng = ng + 1
+          grouped[ng] = id
+          local cut = string.find(raw, '\255', 38, true)
+          if cut then
+            groups[ng] = string.sub(raw, 38, cut - 1)
+            succs[ng] = string.sub(raw, cut + 1)
+          else
+            groups[ng] = string.sub(raw, 38)
+          end
         end
       end
-      if #grouped > 0 then  -- as group_leave(k, id, true) for each, batched
+      if ng > 0 then  -- as group_leave(k, id, true) for each, batched
         redis.call('HDEL', k.groupof, unpack(grouped))
-        promote_groups(k, groups, s)  -- leased in s, so their groups live in s
+        promote_groups(k, groups, s, succs)  -- leased in s, so their groups live in s
       end
     end
     redis.call('HDEL', k.msg, unpack(found))

@@ -3,16 +3,17 @@
 -- or ready zset, or behind its group's current message. The pattern itself is matched in
 -- Python (see dynoqueue.model.luapattern). Read-only; runs on the non-quorum connection.
 -- KEYS: [1] message hash, [2] the local queue zset, [3] the local ready zset, [4] group of,
---       [5] group line base
+--       [5] group line base, [6] group head
 -- ARGV: [1] the local shard's index, [2..] ids
 -- Returns: the id, or false when none waits locally.
-local k = {groupof = KEYS[4], gline = KEYS[5]}
+local k = {groupof = KEYS[4], gline = KEYS[5], ghead = KEYS[6]}
 local local_shard = tonumber(ARGV[1])
 
 local function waits_locally(id)
   if redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id) then return true end
   local rec = group_rec(k, id)
-  return rec ~= nil and rec.s == local_shard
+  -- (the current message's member may be in the line as its stale mark: it waits in no line)
+  return rec ~= nil and rec.s == local_shard and redis.call('HGET', k.ghead, rec.g) ~= id
          and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) ~= false
 end
 

@@ -13,9 +13,10 @@ local rec = head and group_rec(k, head)
 if not rec then return {0, '', '', tonumber(ARGV[3])} end
 local s = rec.s
 local line = group_line(k, g)
-local waiting = redis.call('ZCARD', line)
+local rank = (mark_rank(k, line, head, rec) or -1) + 1  -- members before it are stale
+local waiting = redis.call('ZCARD', line) - rank
 if redis.call('ZSCORE', k.unack(s), head) then
-  local first = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', line, rank, rank, 'WITHSCORES')
   local due = ''
   if first[2] then due = string.format('%.0f', tonumber(first[2])) end
   return {waiting, head, due, s}

@@ -158,9 +158,9 @@ class DynoQueueReader(DataSourceReader):
         for shard in queue.shards:
             packed: list[tuple[str, int, int]] = []
             held = 0
-            for group, size in lines.get(shard, []):
+            for group, first, size in lines.get(shard, []):
                 for lo, hi in rank_ranges(size, step):
-                    packed.append((group, lo, hi))
+                    packed.append((group, first + lo, first + hi))
                     held += hi - lo + 1
                     if held >= step:
                         out.append(LineRanges(shard, tuple(packed), now_ms, policy_max))
@@ -256,13 +256,16 @@ class _Entry:
 
 
 def _group_lines(conn: Any, keys: QueueKeys,
-                 shards: Sequence[str]) -> dict[str, list[tuple[str, int]]]:
-    """``{shard: [(group, line length), ...]}``: every ordered group with messages waiting
-    behind its current one, by the shard of its current message (``P.GROUPOF.Q``: due ms (16
-    digits), sequence (16), shard index (3, 1-based), ...)."""
-    heads = [(as_text(g), as_text(i)) for g, i in conn.hscan_iter(keys.group_head,
-                                                                  count=LOOKUP_CHUNK)]
-    out: dict[str, list[tuple[str, int]]] = {}
+                 shards: Sequence[str]) -> dict[str, list[tuple[str, int, int]]]:
+    """``{shard: [(group, first rank, waiting), ...]}``: every ordered group with messages
+    waiting behind its current one, by the shard of its current message. The current
+    message's record (``P.GROUPOF.Q``, read as bytes: it holds byte 255) starts with the due ms
+    (16 digits), the sequence (16), the shard index (3, 1-based) and the priority (2); when
+    its line member (sequence, priority, id) is in the line, it marks the end of the members
+    delivered before (stale: group_insert in _prelude.lua), and the waiting ones follow."""
+    heads = [(as_text(g), i if isinstance(i, bytes) else i.encode())
+             for g, i in conn.hscan_iter(keys.group_head, count=LOOKUP_CHUNK)]
+    out: dict[str, list[tuple[str, int, int]]] = {}
     for i in range(0, len(heads), LOOKUP_CHUNK):
         chunk = heads[i:i + LOOKUP_CHUNK]
         pipe = conn.pipeline(transaction=False)
@@ -270,12 +273,19 @@ def _group_lines(conn: Any, keys: QueueKeys,
         for group, _ in chunk:
             pipe.zcard(keys.group_line(group))
         recs, *sizes = pipe.execute()
+        pipe = conn.pipeline(transaction=False)
+        for (group, head), rec in zip(chunk, recs, strict=True):
+            if rec is not None:
+                pipe.zrank(keys.group_line(group), rec[16:32] + rec[35:37] + head)
+        marks = iter(pipe.execute())
         for (group, _), rec, size in zip(chunk, recs, sizes, strict=True):
-            if rec is None or not size:
+            if rec is None:
                 continue
-            index = int(as_text(rec)[32:35]) - 1
-            if 0 <= index < len(shards):
-                out.setdefault(shards[index], []).append((group, int(size)))
+            mark = next(marks)
+            first = 0 if mark is None else int(mark) + 1
+            index = int(rec[32:35]) - 1
+            if int(size) > first and 0 <= index < len(shards):
+                out.setdefault(shards[index], []).append((group, first, int(size) - first))
     return out
 
 
