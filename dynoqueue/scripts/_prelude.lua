@@ -362,8 +362,8 @@ end
 -- delivered. K.gwait counts each shard's waiting line members (for sizes).
 --
 -- K.groupof has each grouped id's record: due ms (16 digits), sequence (16), shard (3),
--- priority (2), group, then byte 255 and its successor: the message delivered after it, as
--- due (16) sequence (16) priority (2) id, or nothing for the group's last one. (Byte 255 is
+-- priority (2), group, then byte 255 and its successor: the message delivered after it (as
+-- succ_of writes it), or nothing for the group's last one. (Byte 255 is
 -- in no UTF-8 text; a record without it, written by an older version, has no successor: the
 -- next one is then looked up in the line.) The successors chain the group in delivery order,
 -- so an ack moves a group on from the record it reads anyway, without touching the line: the
@@ -411,9 +411,17 @@ local function save_group_rec(k, id, rec, succ)
                                     .. '\255' .. succ)
 end
 
--- The successor text naming id (its record rec): due, sequence, priority, id.
+-- The successor text naming id (its record rec): due ms (16 digits), '.', priority (2),
+-- sequence (16), id. Its first 19 bytes are the queue score as Redis reads it (due + pr / 100,
+-- without formatting a double in Lua), so moving a group on cuts strings and adds nothing.
 local function succ_of(rec, id)
-  return rec.key .. string.format('%02d', rec.pr) .. id
+  return string.sub(rec.key, 1, 16) .. string.format('.%02d', rec.pr) .. rec.seq .. id
+end
+
+-- The same from a line entry: its member (sequence, priority, id) and score (due ms).
+local function succ_of_entry(member, score)
+  return string.format('%016.0f', tonumber(score)) .. '.' .. string.sub(member, 17, 18)
+         .. string.sub(member, 1, 16) .. string.sub(member, 19)
 end
 
 -- The key of group g's line: the base, '.', and g with every byte but 0-9 A-Z a-z _ : - written
@@ -481,7 +489,7 @@ local function succ_from_line(k, g)
     if not top[1] then return '' end
     local id = string.sub(top[1], 19)
     if id ~= head and redis.call('HEXISTS', k.groupof, id) == 1 then
-      return string.format('%016.0f', tonumber(top[2])) .. top[1]
+      return succ_of_entry(top[1], top[2])
     end
     rank = rank + 1
   end
@@ -504,14 +512,11 @@ local function promote_groups(k, groups, shards, succs)
       local s = one or shards[i]
       local succ = succs[i] or succ_from_line(k, g)
       if succ ~= '' then
-        -- due (1-16) sequence (17-32) priority (33-34) id (35-)
-        local id = string.sub(succ, 35)
+        local id = string.sub(succ, 36)  -- see succ_of
         heads[nh + 1] = g
         heads[nh + 2] = id
         nh = nh + 2
-        -- the queue score as text: due ms (zero-padded digits) '.' priority: the same double
-        -- as due + pr / 100, without formatting a double in Lua
-        local score = string.sub(succ, 1, 16) .. '.' .. string.sub(succ, 33, 34)
+        local score = string.sub(succ, 1, 19)
         local add = by_shard[s]
         if not add then
           add = {q = {}, nq = 0, r = {}, n = 0, min = score}
@@ -522,7 +527,7 @@ local function promote_groups(k, groups, shards, succs)
         add.n = add.n + 1
         local due = st and tonumber(string.sub(succ, 1, 16))
         if due and due <= NOW then
-          add.r[#add.r + 1] = ready_score(due, tonumber(string.sub(succ, 33, 34)))
+          add.r[#add.r + 1] = ready_score(due, tonumber(string.sub(succ, 18, 19)))
           add.r[#add.r + 1] = id
         else
           add.q[add.nq + 1] = score
@@ -575,7 +580,7 @@ local function group_leave(k, id, current)
   local succ = rec.succ
   if not succ then
     local after = redis.call('ZRANGE', line, rank + 1, rank + 1, 'WITHSCORES')
-    succ = after[1] and string.format('%016.0f', tonumber(after[2])) .. after[1] or ''
+    succ = after[1] and succ_of_entry(after[1], after[2]) or ''
   end
   local pred = head
   local prec = head and group_rec(k, head)
@@ -641,9 +646,9 @@ local function group_insert(k, id, g, s, due, pr, seq)
   if rank > 0 then
     pred = string.sub(near[1], 19)
     prec = group_rec(k, pred)
-    if near[5] then succ = string.format('%016.0f', tonumber(near[6])) .. near[5] end
+    if near[5] then succ = succ_of_entry(near[5], near[6]) end
   elseif near[3] then
-    succ = string.format('%016.0f', tonumber(near[4])) .. near[3]
+    succ = succ_of_entry(near[3], near[4])
   end
   save_group_rec(k, id, mine, succ)
   if prec then save_group_rec(k, pred, prec, succ_of(mine, id)) end
