@@ -261,9 +261,11 @@ class QueueKeys:
     def group_line(self, group: str) -> str:
         """``P.GLINE.Q.G``: zset of the messages of ordered group ``group`` that wait behind
         its current one (all in the group's shard), scored by due ms (0..10**16 - 1); member:
-        the push sequence (16 digits), the priority (2 digits), the id. So the lowest entry is
-        the next one, the earliest due, then the first pushed. There is no such key while
-        nothing waits behind the group's current message.
+        the push sequence (16 digits), the priority (2 digits), the id: the earliest due, then
+        the first pushed, comes first. An ack does not touch it (the group moves on to the
+        successor in ``group_of``): the members up to the current message's own member, when
+        that is there, were delivered already (stale); the next push into the group cuts them
+        off, and the group's last ack deletes the key.
 
         ``G`` is ``group``'s UTF-8 bytes with every byte but ``0-9 A-Z a-z _ : -`` written
         ``%XX`` (upper-case hex): one-to-one, and never a dot or brace, so the key keeps the
@@ -282,7 +284,11 @@ class QueueKeys:
     @property
     def group_of(self) -> str:
         """``P.GROUPOF.Q``: hash id -> the message's place in its group: due ms (16 digits),
-        push sequence (16), shard index (3), priority (2), then the group."""
+        push sequence (16), shard index (3), priority (2), the group, then byte 255 and the
+        successor, the message delivered after it (due ms (16), ``.``, priority (2), sequence
+        (16), id), or nothing after the byte for the group's last one. Byte 255 is in no UTF-8
+        text, so read these records as bytes; one without it (an earlier version's) has no
+        successor, and the next message is looked up in the line."""
         return self._extra("GROUPOF")
 
     @property

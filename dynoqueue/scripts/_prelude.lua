@@ -638,20 +638,32 @@ local function group_insert(k, id, g, s, due, pr, seq)
   end
   local member = line_member(mine, id)
   count_waiting(k, s, redis.call('ZADD', line, due, member))
-  local rank = redis.call('ZRANK', line, member)
-  local near = redis.call('ZRANGE', line, math.max(rank - 1, 0), rank + 1, 'WITHSCORES')
-  local succ = ''
-  local pred = head
-  local prec = cur
-  if rank > 0 then
-    pred = string.sub(near[1], 19)
-    prec = group_rec(k, pred)
-    if near[5] then succ = succ_of_entry(near[5], near[6]) end
-  elseif near[3] then
-    succ = succ_of_entry(near[3], near[4])
+  -- Link it in: the message before it names it as successor, and it names the one after it.
+  -- Most pushes go last (due no earlier than the last one's): the last two members tell;
+  -- else its rank does. A member's record is its line entry (score: due) plus g and s.
+  local near = redis.call('ZRANGE', line, -2, -1, 'WITHSCORES')
+  local before, succ = nil, ''
+  if near[3] == member then
+    before = 1
+  elseif not (near[1] == member and not near[3]) then
+    local rank = redis.call('ZRANK', line, member)
+    near = redis.call('ZRANGE', line, math.max(rank - 1, 0), rank + 1, 'WITHSCORES')
+    if rank > 0 then
+      before = 1
+      if near[5] then succ = succ_of_entry(near[5], near[6]) end
+    elseif near[3] then
+      succ = succ_of_entry(near[3], near[4])
+    end
   end
   save_group_rec(k, id, mine, succ)
-  if prec then save_group_rec(k, pred, prec, succ_of(mine, id)) end
+  if before then
+    local prev = near[before]
+    local key = string.format('%016.0f', tonumber(near[before + 1])) .. string.sub(prev, 1, 16)
+    save_group_rec(k, string.sub(prev, 19), {key = key, s = s, g = g,
+                   pr = tonumber(string.sub(prev, 17, 18))}, succ_of(mine, id))
+  else  -- first in line: the current message names it
+    save_group_rec(k, head, cur, succ_of(mine, id))
+  end
   return s
 end
 
