@@ -517,8 +517,9 @@ def test_lines_go_when_their_messages_leave_by_any_way(make, clock, raw) -> None
 
 def test_acks_leave_the_line_alone_and_the_next_push_cuts_what_they_left(make, raw) -> None:
     """An ack moves its group on to the successor its group record names: the promoted
-    message's line member stays where it is (the stale mark), so no ack touches the line; the
-    next push cuts the stale members off, and the group's last ack deletes the line."""
+    message's line member stays where it is (the stale mark), so no ack touches the line;
+    pushes cut the stale members off (every 16th by push sequence), and the group's last ack
+    deletes the line."""
     q = make()
     q.push(grouped("g", *(f"m{i}" for i in range(6))))
     line = q.keys.group_line("g")
@@ -529,13 +530,15 @@ def test_acks_leave_the_line_alone_and_the_next_push_cuts_what_they_left(make, r
     assert raw.zcard(line) == 5  # m1, m2 (acked) and m3 (current) stay, stale
     assert _in_line(raw, q, "g") == 2 and q.group_info("g")["waiting"] == 3
     assert q.shard_sizes()["a"]["size"] == 3
-    q.push(grouped("g", "m6"))
-    assert raw.zcard(line) == 3 == _in_line(raw, q, "g")  # m4, m5, m6
+    q.push(grouped("g", "m6"))  # goes last: may leave them (every 16th push cuts)
+    assert _in_line(raw, q, "g") == 3
+    q.push(grouped("g", *(f"n{i}" for i in range(16))))  # push sequences 8..23: 16 cuts
+    assert raw.zcard(line) == 19 == _in_line(raw, q, "g")  # m4 .. m6, n0 .. n15
     delivered = []
     while got := q.pop(5):
         delivered += ids(got)
         q.ack_many(got)
-    assert delivered == ["m3", "m4", "m5", "m6"]
+    assert delivered == ["m3", "m4", "m5", "m6", *(f"n{i}" for i in range(16))]
     for key in _group_keys(q, ("g",)):
         assert raw.exists(key) == 0, key
 

@@ -369,8 +369,8 @@ end
 -- so an ack moves a group on from the record it reads anyway, without touching the line: the
 -- promoted message's member stays in the line, as its "stale mark" (K.ghead names the current
 -- message; its member is in the line only when it came from there). The members up to the
--- mark are stale: messages already delivered and this current one. A push cuts them off
--- before it inserts (so stale members stay only while nothing is pushed), and the group's
+-- mark are stale: messages already delivered and this current one. Pushes cut them off
+-- (every 16th, and one that does not go last in the line, before it inserts), and the group's
 -- last ack deletes the line.
 
 -- Whether the queue has grouped messages at all: checked once per script call, so queues
@@ -622,13 +622,18 @@ local function group_insert(k, id, g, s, due, pr, seq)
     return s
   end
   local line = group_line(k, g)
-  local stale = mark_rank(k, line, head, cur)
-  if stale then  -- cut the stale members off: the line holds waiting ones only from here on
-    redis.call('ZREMRANGEBYRANK', line, 0, stale)
+  local mark = line_member(cur, head)  -- in the line when the current one came from there
+  -- Cut the stale members off (ranks up to the mark): before an insert that does not go last,
+  -- and on every 16th push (by sequence) otherwise, so they stay few at no cost per push.
+  local function cut_stale()
+    local stale = redis.call('ZRANK', line, mark)
+    if stale then redis.call('ZREMRANGEBYRANK', line, 0, stale) end
   end
+  if seq % 16 == 0 then cut_stale() end
   if bytes_less(key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
       and (life_of(k, head).d or 0) == 0 then
     -- due before the current one, which waits undelivered: this one goes first
+    if seq % 16 ~= 0 then cut_stale() end
     unwait(k, head, s)
     count_waiting(k, s, redis.call('ZADD', line, cur.due, line_member(cur, head)))
     save_group_rec(k, id, mine, succ_of(cur, head))
@@ -643,9 +648,10 @@ local function group_insert(k, id, g, s, due, pr, seq)
   -- else its rank does. A member's record is its line entry (score: due) plus g and s.
   local near = redis.call('ZRANGE', line, -2, -1, 'WITHSCORES')
   local before, succ = nil, ''
-  if near[3] == member then
-    before = 1
+  if near[3] == member then  -- last: the one before is a waiting one, or the mark
+    if near[1] ~= mark then before = 1 end
   elseif not (near[1] == member and not near[3]) then
+    if seq % 16 ~= 0 then cut_stale() end  -- so the one before it is a waiting one
     local rank = redis.call('ZRANK', line, member)
     near = redis.call('ZRANGE', line, math.max(rank - 1, 0), rank + 1, 'WITHSCORES')
     if rank > 0 then
@@ -671,6 +677,9 @@ end
 -- priority (set_timeout, postpone): it keeps its push sequence and takes its place again.
 local function group_reschedule(k, id, rec, due, pr)
   group_leave(k, id)
+  -- a current one that came from the line left its member there (stale): same sequence, so
+  -- its new member could be that one; it goes first
+  redis.call('ZREM', group_line(k, rec.g), line_member(rec, id))
   group_insert(k, id, rec.g, rec.s, due, pr, tonumber(rec.seq))
 end
 
