@@ -386,6 +386,21 @@ def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make,
         assert raw.exists(key) == 0
 
 
+def test_a_current_message_a_java_client_acked_is_no_longer_waiting(make, raw) -> None:
+    """A current message that came from its line leaves its member there (the stale mark);
+    once a Java client acked it (no payload, no lease), it waits nowhere: ensure() pushes it
+    again, behind the group's next one."""
+    q = make()
+    q.push(grouped("g", "j1", "j2", "j3"))
+    assert ids(q.pop(5)) == ["j1"] and q.ack("j1")
+    assert ids(q.pop(5)) == ["j2"]  # current, from the line
+    raw.zrem(q.keys.unack_shard("a"), "j2")  # what the Java client's ack does
+    raw.hdel(q.keys.message_hash, "j2")
+    assert q.ensure(Message("j2", "again", group="g"))
+    assert ids(q.pop(5)) == ["j3"] and q.ack("j3")
+    assert [(m.id, m.payload) for m in q.pop(5)] == [("j2", "again")]
+
+
 def test_group_must_be_a_non_empty_str() -> None:
     for bad in ("", 5, b"g"):
         with pytest.raises(ValueError):

@@ -696,7 +696,9 @@ local function where(k, id)
   end
   if has_groups(k) then
     local rec = group_rec(k, id)
-    if rec and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) then
+    -- (a current message's member may be in the line as its stale mark: it waits in no line)
+    if rec and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id))
+        and redis.call('HGET', k.ghead, rec.g) ~= id then
       return rec.s, 'group'
     end
   end
