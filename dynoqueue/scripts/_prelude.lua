@@ -381,17 +381,17 @@ local function has_groups(k)
   return HAS_GROUPS
 end
 
--- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
--- the group), due, seq (its 16 digits), s, pr, g, succ (the successor's text, '' for none,
--- nil when not known)}.
-local function parse_group_rec(raw)
+-- The group and the successor's text ('' for none, nil when not known) of the record raw.
+local function group_and_succ(raw)
   local cut = string.find(raw, '\255', 38, true)
-  local g, succ = nil, nil
-  if cut then
-    g, succ = string.sub(raw, 38, cut - 1), string.sub(raw, cut + 1)
-  else
-    g = string.sub(raw, 38)
-  end
+  if cut then return string.sub(raw, 38, cut - 1), string.sub(raw, cut + 1) end
+  return string.sub(raw, 38), nil
+end
+
+-- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
+-- the group), due, seq (its 16 digits), s, pr, g, succ (group_and_succ)}.
+local function parse_group_rec(raw)
+  local g, succ = group_and_succ(raw)
   return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
           seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
           pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = succ}
@@ -406,7 +406,6 @@ end
 
 -- Store rec as id's record, with successor text succ ('' for none).
 local function save_group_rec(k, id, rec, succ)
-  rec.succ = succ
   redis.call('HSET', k.groupof, id, rec.key .. string.format('%03d%02d', rec.s, rec.pr) .. rec.g
                                     .. '\255' .. succ)
 end
@@ -418,10 +417,18 @@ local function succ_of(rec, id)
   return string.sub(rec.key, 1, 16) .. string.format('.%02d', rec.pr) .. rec.seq .. id
 end
 
--- The same from a line entry: its member (sequence, priority, id) and score (due ms).
+-- The record of a line entry (its member: sequence, priority, id; its score: due ms), in
+-- group g's shard s, and its id: all a record holds, so none is read to rewrite it.
+local function entry_rec(member, score, s, g)
+  local seq = string.sub(member, 1, 16)
+  return {key = string.format('%016.0f', tonumber(score)) .. seq, seq = seq, s = s, g = g,
+          pr = tonumber(string.sub(member, 17, 18))}, string.sub(member, 19)
+end
+
+-- The successor text naming a line entry's message.
 local function succ_of_entry(member, score)
-  return string.format('%016.0f', tonumber(score)) .. '.' .. string.sub(member, 17, 18)
-         .. string.sub(member, 1, 16) .. string.sub(member, 19)
+  local rec, id = entry_rec(member, score)
+  return succ_of(rec, id)
 end
 
 -- The key of group g's line: the base, '.', and g with every byte but 0-9 A-Z a-z _ : - written
@@ -446,6 +453,13 @@ end
 -- The line member of id (its record rec: seq, pr).
 local function line_member(rec, id)
   return rec.seq .. string.format('%02d', rec.pr) .. id
+end
+
+-- Whether id (its record rec) waits in its group's line: its member is there and it is not
+-- the current message (whose member may be there as the stale mark).
+local function waits_in_line(k, rec, id)
+  return redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) ~= false
+         and redis.call('HGET', k.ghead, rec.g) ~= id
 end
 
 -- The rank of group g's stale mark in its line (the line member of its current message head,
@@ -585,10 +599,9 @@ local function group_leave(k, id, current)
   local pred = head
   local prec = head and group_rec(k, head)
   if rank > 0 then  -- the member before: a waiting one, or the stale mark (then the current)
-    local before = redis.call('ZRANGE', line, rank - 1, rank - 1)[1]
-    if not (prec and before == line_member(prec, head)) then
-      pred = string.sub(before, 19)
-      prec = group_rec(k, pred)
+    local before = redis.call('ZRANGE', line, rank - 1, rank - 1, 'WITHSCORES')
+    if not (prec and before[1] == line_member(prec, head)) then
+      prec, pred = entry_rec(before[1], before[2], s, g)
     end
   end
   if prec then save_group_rec(k, pred, prec, succ) end
@@ -623,9 +636,12 @@ local function group_insert(k, id, g, s, due, pr, seq)
   end
   local line = group_line(k, g)
   local mark = line_member(cur, head)  -- in the line when the current one came from there
-  -- Cut the stale members off (ranks up to the mark): before an insert that does not go last,
-  -- and on every 16th push (by sequence) otherwise, so they stay few at no cost per push.
+  -- Cut the stale members off (ranks up to the mark), once: before an insert that does not go
+  -- last, and on every 16th push (by sequence) otherwise, so they stay few at no cost per push.
+  local cut = false
   local function cut_stale()
+    if cut then return end
+    cut = true
     local stale = redis.call('ZRANK', line, mark)
     if stale then redis.call('ZREMRANGEBYRANK', line, 0, stale) end
   end
@@ -633,7 +649,7 @@ local function group_insert(k, id, g, s, due, pr, seq)
   if bytes_less(key, cur.key) and not redis.call('ZSCORE', k.unack(s), head)
       and (life_of(k, head).d or 0) == 0 then
     -- due before the current one, which waits undelivered: this one goes first
-    if seq % 16 ~= 0 then cut_stale() end
+    cut_stale()
     unwait(k, head, s)
     count_waiting(k, s, redis.call('ZADD', line, cur.due, line_member(cur, head)))
     save_group_rec(k, id, mine, succ_of(cur, head))
@@ -651,7 +667,7 @@ local function group_insert(k, id, g, s, due, pr, seq)
   if near[3] == member then  -- last: the one before is a waiting one, or the mark
     if near[1] ~= mark then before = 1 end
   elseif not (near[1] == member and not near[3]) then
-    if seq % 16 ~= 0 then cut_stale() end  -- so the one before it is a waiting one
+    cut_stale()  -- so the one before it is a waiting one
     local rank = redis.call('ZRANK', line, member)
     near = redis.call('ZRANGE', line, math.max(rank - 1, 0), rank + 1, 'WITHSCORES')
     if rank > 0 then
@@ -663,10 +679,8 @@ local function group_insert(k, id, g, s, due, pr, seq)
   end
   save_group_rec(k, id, mine, succ)
   if before then
-    local prev = near[before]
-    local key = string.format('%016.0f', tonumber(near[before + 1])) .. string.sub(prev, 1, 16)
-    save_group_rec(k, string.sub(prev, 19), {key = key, s = s, g = g,
-                   pr = tonumber(string.sub(prev, 17, 18))}, succ_of(mine, id))
+    local prec, pred = entry_rec(near[before], near[before + 1], s, g)
+    save_group_rec(k, pred, prec, succ_of(mine, id))
   else  -- first in line: the current message names it
     save_group_rec(k, head, cur, succ_of(mine, id))
   end
@@ -696,11 +710,7 @@ local function where(k, id)
   end
   if has_groups(k) then
     local rec = group_rec(k, id)
-    -- (a current message's member may be in the line as its stale mark: it waits in no line)
-    if rec and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id))
-        and redis.call('HGET', k.ghead, rec.g) ~= id then
-      return rec.s, 'group'
-    end
+    if rec and waits_in_line(k, rec, id) then return rec.s, 'group' end
   end
   return nil, nil
 end

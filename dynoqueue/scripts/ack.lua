@@ -44,16 +44,10 @@ local function ack_found(s, found)
       local grouped, groups, succs, ng = {}, {}, {}, 0
       for i, id in ipairs(found) do
         local raw = raws[i]
-        if raw then  -- the group and successor, as parse_group_rec reads them
+        if raw then
           ng = ng + 1
           grouped[ng] = id
-          local cut = string.find(raw, '\255', 38, true)
-          if cut then
-            groups[ng] = string.sub(raw, 38, cut - 1)
-            succs[ng] = string.sub(raw, cut + 1)
-          else
-            groups[ng] = string.sub(raw, 38)
-          end
+          groups[ng], succs[ng] = group_and_succ(raw)
         end
       end
       if ng > 0 then  -- as group_leave(k, id, true) for each, batched

@@ -12,9 +12,7 @@ local local_shard = tonumber(ARGV[1])
 local function waits_locally(id)
   if redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id) then return true end
   local rec = group_rec(k, id)
-  -- (the current message's member may be in the line as its stale mark: it waits in no line)
-  return rec ~= nil and rec.s == local_shard and redis.call('HGET', k.ghead, rec.g) ~= id
-         and redis.call('ZSCORE', group_line(k, rec.g), line_member(rec, id)) ~= false
+  return rec ~= nil and rec.s == local_shard and waits_in_line(k, rec, id)
 end
 
 for i = 2, #ARGV do
