@@ -193,6 +193,18 @@ def test_picked_ports_are_below_the_ephemeral_range() -> None:
     assert len(set(picked)) > 40  # random picks, not one port handed out again and again
 
 
+def test_a_port_picked_but_not_bound_yet_is_not_picked_again(monkeypatch) -> None:
+    """A topology picks all its nodes' ports before it starts any: a later pick must not land
+    on an earlier one, nor on an earlier pick's cluster bus port (both still bindable)."""
+    first = embedded_server.free_port(offset=10_000)
+    others = [p for p in range(first + 1, first + 400) if embedded_server._bindable(p)]
+    draws = iter([first, first + 10_000, *others])
+    monkeypatch.setattr(embedded_server.random, "randrange", lambda *_: next(draws))
+    second = embedded_server.free_port()
+    assert second == others[0]  # not the first pick, not its bus port
+    assert embedded_server.free_port() == others[1]
+
+
 def test_an_explicit_port_that_is_taken_fails_clearly() -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ free-port picking and the log tail that start-up errors quote.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import itertools
@@ -151,7 +152,9 @@ def free_port(offset: int = 0) -> int:
 
     It lies below the kernel's ephemeral port range (``ip_local_port_range``), so no outgoing
     connection can take it before the server binds it; only another process that picks ports
-    this way can, and the embedded servers move to a new port when that happens.
+    this way can, and the embedded servers move to a new port when that happens. It is none of
+    the last 512 ports it handed out in this process (nor their offset ports), which may not be
+    bound yet.
 
     Args:
         offset: with ``offset > 0``, ``port + offset`` is free too (a cluster bus port).
@@ -163,11 +166,22 @@ def free_port(offset: int = 0) -> int:
         RedisServerStartError: no free port found in 200 random tries.
     """
     ports = _listening_ports()
-    for _ in range(200):
-        port = random.randrange(ports.start, ports.stop - offset)
-        if _bindable(port) and (not offset or _bindable(port + offset)):
-            return port
+    with _picked_lock:
+        for _ in range(200):
+            port = random.randrange(ports.start, ports.stop - offset)
+            wanted = (port, port + offset) if offset else (port,)
+            if not any(p in _picked for p in wanted) and all(_bindable(p) for p in wanted):
+                _picked.extend(wanted)
+                return port
     raise RedisServerStartError(f"no free port in {ports.start}-{ports.stop - 1}")
+
+
+#: The ports free_port handed out lately (with their offset ports). A topology picks the ports
+#: of all its nodes before it starts any, and a port picked but not bound yet is free to the
+#: next pick: a cluster node (whose port is fixed: it cannot move) found its port taken in a
+#: CI run.
+_picked: collections.deque[int] = collections.deque(maxlen=512)
+_picked_lock = threading.Lock()
 
 
 def _free_cluster_port() -> int:
