@@ -381,11 +381,19 @@ local function has_groups(k)
   return HAS_GROUPS
 end
 
+-- The group of the record raw, then raw and the position its successor's text starts at (past
+-- the end: none), or nil and nil when it names none (an older version's record). An ack reads
+-- the successor in place: cutting it out first would cost one more string per message.
+local function group_and_next(raw)
+  local cut = string.find(raw, '\255', 38, true)
+  if cut then return string.sub(raw, 38, cut - 1), raw, cut + 1 end
+  return string.sub(raw, 38), nil, nil
+end
+
 -- The group and the successor's text ('' for none, nil when not known) of the record raw.
 local function group_and_succ(raw)
-  local cut = string.find(raw, '\255', 38, true)
-  if cut then return string.sub(raw, 38, cut - 1), string.sub(raw, cut + 1) end
-  return string.sub(raw, 38), nil
+  local g, text, at = group_and_next(raw)
+  return g, text and string.sub(text, at)
 end
 
 -- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
@@ -511,11 +519,13 @@ end
 
 -- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a
 -- number) left; succs[i] is the successor text from the leaving one's record (nil: look it
--- up in the line). Each successor becomes current and waits, due at its own due time; its
--- line member stays, as the group's stale mark. A group with no successor has no messages
--- left: its head entry and line go. One HSET / HDEL of the heads, one ZADD per shard and
--- zset, one count per shard for all of them.
-local function promote_groups(k, groups, shards, succs)
+-- up in the line), starting at position ats[i] of that string (1 when ats is nil). Each
+-- successor becomes current and waits, due at its own due time; its line member stays, as
+-- the group's stale mark. A group with no successor has no messages left: its head entry and
+-- line go. One HSET / HDEL of the heads, one ZADD per shard and zset, one count per shard for
+-- all of them.
+local function promote_groups(k, groups, shards, succs, ats)
+  local sub = string.sub
   local heads, nh, gone, by_shard, seen = {}, 0, {}, {}, {}
   local st = strict(k)
   local one = type(shards) == 'number' and shards
@@ -524,13 +534,14 @@ local function promote_groups(k, groups, shards, succs)
     if not seen[g] then  -- one ack leaves a group once; a second would skip a message
       seen[g] = true
       local s = one or shards[i]
-      local succ = succs[i] or succ_from_line(k, g)
-      if succ ~= '' then
-        local id = string.sub(succ, 36)  -- see succ_of
+      local succ, at = succs[i], ats and ats[i] or 1
+      if not succ then succ, at = succ_from_line(k, g), 1 end
+      if at <= #succ then  -- see succ_of for the fields' places
+        local id = sub(succ, at + 35)
         heads[nh + 1] = g
         heads[nh + 2] = id
         nh = nh + 2
-        local score = string.sub(succ, 1, 19)
+        local score = sub(succ, at, at + 18)
         local add = by_shard[s]
         if not add then
           add = {q = {}, nq = 0, r = {}, n = 0, min = score}
@@ -539,9 +550,9 @@ local function promote_groups(k, groups, shards, succs)
           add.min = score
         end
         add.n = add.n + 1
-        local due = st and tonumber(string.sub(succ, 1, 16))
+        local due = st and tonumber(sub(succ, at, at + 15))
         if due and due <= NOW then
-          add.r[#add.r + 1] = ready_score(due, tonumber(string.sub(succ, 18, 19)))
+          add.r[#add.r + 1] = ready_score(due, tonumber(sub(succ, at + 17, at + 18)))
           add.r[#add.r + 1] = id
         else
           add.q[add.nq + 1] = score

@@ -41,18 +41,18 @@ local function ack_found(s, found)
   else
     if has_groups(k) then  -- a leased grouped id was its group's current one: the next goes
       local raws = redis.call('HMGET', k.groupof, unpack(found))
-      local grouped, groups, succs, ng = {}, {}, {}, 0
-      for i, id in ipairs(found) do
+      local grouped, groups, texts, ats, ng = {}, {}, {}, {}, 0
+      for i = 1, #found do
         local raw = raws[i]
         if raw then
           ng = ng + 1
-          grouped[ng] = id
-          groups[ng], succs[ng] = group_and_succ(raw)
+          grouped[ng] = found[i]
+          groups[ng], texts[ng], ats[ng] = group_and_next(raw)
         end
       end
       if ng > 0 then  -- as group_leave(k, id, true) for each, batched
         redis.call('HDEL', k.groupof, unpack(grouped))
-        promote_groups(k, groups, s, succs)  -- leased in s, so their groups live in s
+        promote_groups(k, groups, s, texts, ats)  -- leased in s, so their groups live in s
       end
     end
     redis.call('HDEL', k.msg, unpack(found))
