@@ -57,18 +57,23 @@ def _script_us(admin: Any) -> float:
                if k.removeprefix("cmdstat_").lower() in ("evalsha", "eval"))
 
 
-def _server_split(admin: Any, q: Any, batches: int = 4) -> dict[str, float]:
-    """Where a claim's time goes on the server: script microseconds per message of the pops,
-    then of the acks, for ``batches`` pops of BATCH (untimed by the client; the messages
-    taken are acked, so the depth drops by that many)."""
+def _server_split(admin: Any, q: Any, kind: str, groups: int, rng: random.Random,
+                  batches: int = 4) -> dict[str, float]:
+    """Where a message's time goes on the server: script microseconds per message of the
+    pops, of the acks, and of pushing as many new ones back (the depth is held), for
+    ``batches`` pops of BATCH. The rates time the pops and acks only; the push column shows
+    what a producer pays for each kind."""
     reset_stats(admin)
     got = [m for _ in range(batches) for m in q.pop(BATCH)]
     pop_us = _script_us(admin)
     reset_stats(admin)
     q.ack_many(got)
     ack_us = _script_us(admin)
+    reset_stats(admin)
+    q.push(_messages(kind, "s", 0, len(got), groups, rng))
+    push_us = _script_us(admin)
     n = max(1, len(got))
-    return {"pop": pop_us / n, "ack": ack_us / n}
+    return {"pop": pop_us / n, "ack": ack_us / n, "push": push_us / n}
 
 
 def ordering(server: Any, depths: list[int], probe: int, groups: int, runs: int,
@@ -87,8 +92,8 @@ def ordering(server: Any, depths: list[int], probe: int, groups: int, runs: int,
         ``{"depths": {depth: {kind: [rates msgs/s]}}, "fill_s": {depth: {kind: seconds}},
         "memory_per_msg": {kind: bytes at the largest depth}, "waiting": {depth: {kind: n}}
         (after the runs: the depth held),
-        "server_us": {depth: {kind: {"pop": us, "ack": us}}} (script time per message on the
-        server, after the runs), "groups": groups, "probe": probe}``.
+        "server_us": {depth: {kind: {"pop": us, "ack": us, "push": us}}} (script time per
+        message on the server, after the runs), "groups": groups, "probe": probe}``.
 
     Raises:
         RuntimeError: a pop found fewer messages than the backlog holds (a queue went empty).
@@ -135,7 +140,7 @@ def ordering(server: Any, depths: list[int], probe: int, groups: int, runs: int,
                     if run >= 0:
                         out["depths"][depth][kind].append(done / timed)
         out["waiting"] = {d: {k: adapters[d, k].q.size() for k in KINDS} for d in depths}
-        out["server_us"] = {d: {k: _server_split(server.admin, adapters[d, k].q)
+        out["server_us"] = {d: {k: _server_split(server.admin, adapters[d, k].q, k, groups, rng)
                                 for k in KINDS} for d in depths}
     finally:
         for adapter in adapters.values():

@@ -441,7 +441,8 @@ def _ordering_table(results: dict[str, Any]) -> Table | None:
     opts = results["meta"]["options"]
     t = Table("10. Ordering: batched pop+ack with the backlog due (msgs/s)",
               ["waiting", "plain", "strict priority", "strict / plain", "groups",
-               "groups / plain", "server us/msg pop+ack (plain, strict, groups)"])
+               "groups / plain", "server us/msg pop+ack (plain, strict, groups)",
+               "server us/msg push (plain, strict, groups)"])
     split = order.get("server_us", {})
     for depth, kinds in order["depths"].items():
         plain = kinds["plain"]["median"]
@@ -451,9 +452,11 @@ def _ordering_table(results: dict[str, Any]) -> Table | None:
                        fmt({"rate": kinds["grouped"]}),
                        ratio(kinds["grouped"]["median"], plain),
                        ", ".join(f"{us[k]['pop']:.1f}+{us[k]['ack']:.1f}" for k in
-                                 ("plain", "strict", "grouped") if k in us)])
+                                 ("plain", "strict", "grouped") if k in us),
+                       ", ".join(f"{us[k]['push']:.1f}" for k in ("plain", "strict", "grouped")
+                                 if "push" in us.get(k, {}))])
     if "error" in order:
-        t.rows.append(["error", order["error"], "", "", "", "", ""])
+        t.rows.append(["error", order["error"], "", "", "", "", "", ""])
     memory = order.get("memory_per_msg") or {}
     t.notes = [f"the same due backlog in three queues: plain, QueuePolicy(strict_priority=True)"
                f" (priorities 0..99), and in {order.get('groups', 0):,} ordered groups; probes "
@@ -463,7 +466,8 @@ def _ordering_table(results: dict[str, Any]) -> Table | None:
                "memory per waiting message at the largest depth: " + ", ".join(
                    f"{k} {v:,.0f} bytes" for k, v in memory.items()),
                "server us/msg: script time (INFO commandstats) per message of the pops, then "
-               "of the acks, after the runs"]
+               "of the acks, after the runs; push: of pushing as many back (not in the rates: "
+               "what a producer pays)"]
     return t
 
 

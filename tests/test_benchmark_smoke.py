@@ -232,7 +232,8 @@ def test_ordering_rows(bench_server: workloads.Server) -> None:
         assert all(len(v) == 1 and v[0] > 0 for v in out["depths"][depth].values())
         # The depth is held: every probe pushes back as many as it took.
         assert out["waiting"][depth] == {k: depth for k in ordering.KINDS}
-        assert all(s["pop"] > 0 and s["ack"] > 0 for s in out["server_us"][depth].values())
+        assert all(s["pop"] > 0 and s["ack"] > 0 and s["push"] > 0
+                   for s in out["server_us"][depth].values())
     assert out["memory_per_msg"]["grouped"] > out["memory_per_msg"]["plain"] > 0
     assert bench_server.admin.dbsize() == 0  # flushed after
 
