@@ -390,19 +390,14 @@ local function group_and_next(raw)
   return string.sub(raw, 38), nil, nil
 end
 
--- The group and the successor's text ('' for none, nil when not known) of the record raw.
-local function group_and_succ(raw)
-  local g, text, at = group_and_next(raw)
-  return g, text and string.sub(text, at)
-end
-
 -- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
--- the group), due, seq (its 16 digits), s, pr, g, succ (group_and_succ)}.
+-- the group), due, seq (its 16 digits), s, pr, g, succ (the successor's text: '' for none,
+-- nil when not known)}.
 local function parse_group_rec(raw)
-  local g, succ = group_and_succ(raw)
+  local g, text, at = group_and_next(raw)
   return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
           seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
-          pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = succ}
+          pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = text and string.sub(text, at)}
 end
 
 -- id's group record (parse_group_rec), or nil when it has no group.
@@ -653,7 +648,7 @@ local function group_insert(k, id, g, s, due, pr, seq)
   local function cut_stale()
     if cut then return end
     cut = true
-    local stale = redis.call('ZRANK', line, mark)
+    local stale = mark_rank(k, line, head, cur)
     if stale then redis.call('ZREMRANGEBYRANK', line, 0, stale) end
   end
   if seq % 16 == 0 then cut_stale() end
@@ -662,7 +657,7 @@ local function group_insert(k, id, g, s, due, pr, seq)
     -- due before the current one, which waits undelivered: this one goes first
     cut_stale()
     unwait(k, head, s)
-    count_waiting(k, s, redis.call('ZADD', line, cur.due, line_member(cur, head)))
+    count_waiting(k, s, redis.call('ZADD', line, cur.due, mark))
     save_group_rec(k, id, mine, succ_of(cur, head))
     redis.call('HSET', k.ghead, g, id)
     wait_in(k, s, id, due, pr)
