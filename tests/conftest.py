@@ -24,7 +24,7 @@ from dynoqueue import RedisQueues, StaticShardSupplier
 from dynoqueue.embedded import RedisServer, ZoneRing, single, zone_ring
 
 from .apis import API_NAMES, Bridge
-from .deployments import NAMES, SLOW, ZONES, Deployment, DeploymentPool
+from .deployments import NAMES, NEEDS_DYNOMITE, SLOW, ZONES, Deployment, DeploymentPool
 
 __all__ = ["ZONES"]
 
@@ -42,7 +42,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("deployments")
     names = [n for n in NAMES if marker is None or n in marker.args]
-    params = [pytest.param(n, id=n, marks=[pytest.mark.slow] if n in SLOW else [])
+    params = [pytest.param(n, id=n, marks=([pytest.mark.slow] if n in SLOW else [])
+                           + ([NEEDS_DYNOMITE] if n == "dynomite" else []))
               for n in names]
     metafunc.parametrize("deployment", params, indirect=True, scope="session")
 

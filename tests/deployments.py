@@ -10,8 +10,8 @@ reads are proven separately (test_multizone, test_deployments) with ``eventually
 
 ``dynomite`` is a real Netflix Dynomite datacenter (three racks, one node each, DC_QUORUM reads
 and writes), built with the Dynomite profile (``dynomite=True``). It needs the dynomite binary
-(``dynoqueue.embedded.find_dynomite``): without it those tests fail with advice, as for a
-missing redis-server.
+(``dynoqueue.embedded.find_dynomite``: ``$DYNOQUEUE_DYNOMITE`` or ``PATH``): without one those
+tests skip and say why (:data:`NEEDS_DYNOMITE`), since no package registry ships it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from dynoqueue import RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
@@ -29,13 +31,29 @@ from dynoqueue.embedded import (
     SentinelRing,
     Topology,
     ZoneRing,
+    find_dynomite,
 )
+from dynoqueue.errors import DynomiteNotFoundError
 from dynoqueue.model.keys import PrefixKeys
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
 NAMES = ("single", "ring", "sentinel", "cluster", "dynomite")
 SLOW = frozenset({"sentinel", "cluster", "dynomite"})
+
+
+def _dynomite_missing() -> str | None:
+    """Why the Dynomite tests cannot run here (no binary found), or None when they can."""
+    try:
+        find_dynomite()
+    except DynomiteNotFoundError as missing:
+        return str(missing)
+    return None
+
+
+#: Marks a test (or a ``dynomite`` deployment parameter) that needs a real dynomite binary.
+NEEDS_DYNOMITE = pytest.mark.skipif(_dynomite_missing() is not None,
+                                    reason=f"Dynomite: {_dynomite_missing()}")
 #: Waiting pops poll on Dynomite (no pub/sub): the suite polls often instead of every second.
 DYNOMITE_POLL_MS = 20
 

@@ -369,3 +369,26 @@ def test_async_pushes_follow_a_sentinel_failover_and_lose_nothing_acknowledged()
     assert len(acknowledged) > killed_at + 10  # pushes went on after the failover
     assert set(acknowledged) <= stored, sorted(set(acknowledged) - stored)[:10]
     assert all(isinstance(e, DynoQueueError) for e in errors)
+
+
+def test_every_call_works_without_hiredis_packing(redis_server, prefix, monkeypatch) -> None:
+    """``pip install dynoqueue`` has no hiredis: redis.asyncio's own packer returns a list of
+    chunks, which the batcher's writer must get as one bytes object (it raised TypeError on
+    every call). The minimal-install CI run covers the rest of the suite without hiredis."""
+    from dynoqueue.io import common
+
+    monkeypatch.setattr(common, "_hiredis_pack", None)
+
+    async def scenario() -> None:
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                        unack_handler_interval_ms=0) as queues:
+            q = queues.get(unique())
+            assert await q.push([Message("a", payload="é" * 3), Message("b")]) == ["a", "b"]
+            got = await asyncio.gather(*(q.push([Message(f"m{i}")]) for i in range(20)))
+            assert got == [[f"m{i}"] for i in range(20)]
+            popped = await q.pop(30, wait_ms=1000, min_count=22)
+            assert len(popped) == 22
+            assert await asyncio.gather(*(q.ack(m.id) for m in popped)) == [True] * 22
+            assert await q.size() == 0
+
+    run(scenario())

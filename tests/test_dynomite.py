@@ -29,9 +29,9 @@ from dynoqueue.errors import DynomiteNotFoundError, DynomiteQuorumError, Dynomit
 
 from .apis import API_NAMES, Bridge
 from .conftest import eventually, unique
-from .deployments import ZONES, rack_contents
+from .deployments import NEEDS_DYNOMITE, ZONES, rack_contents
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, NEEDS_DYNOMITE]
 apis = pytest.mark.parametrize("api", API_NAMES)
 
 
@@ -58,8 +58,8 @@ def ids(messages: list[Message]) -> list[str]:
 # ------------------------------------------------------------------ the binary and the topology
 
 
-def test_a_missing_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert find_dynomite().endswith("/dynomite")  # the shared build next to the checkout
+def test_the_binary_is_found_and_a_wrong_one_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert find_dynomite().endswith("/dynomite")  # $DYNOQUEUE_DYNOMITE or PATH
     monkeypatch.setenv(ENV_DYNOMITE, "/nonexistent/dynomite")
     with pytest.raises(DynomiteNotFoundError, match=r"github\.com/Netflix/dynomite"):
         find_dynomite()

@@ -22,10 +22,12 @@ from redis.retry import Retry
 
 from dynoqueue import Message, RedisQueues
 from dynoqueue.embedded import (
+    ENV_DYNOMITE,
     RedisServer,
     RedisServerStartError,
     ZoneRing,
     cluster,
+    find_dynomite,
     find_redis_server,
     sentinel_ring,
     single,
@@ -33,7 +35,7 @@ from dynoqueue.embedded import (
 )
 from dynoqueue.embedded import binary as embedded_binary
 from dynoqueue.embedded import server as embedded_server
-from dynoqueue.errors import InvalidArgumentError, RedisServerNotFoundError
+from dynoqueue.errors import DynomiteNotFoundError, InvalidArgumentError, RedisServerNotFoundError
 
 REPLICATION_BOUND_S = 5.0
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -582,3 +584,19 @@ def test_bundled_binary_is_found_and_runs_a_ring(
         replica = ring.node_for("b").client()
         assert _poll(lambda: replica.get("k") == b"v")
         replica.close()
+
+
+def test_dynomite_is_looked_up_in_the_variable_then_on_path(monkeypatch, tmp_path: Path) -> None:
+    """No dynomite ships with dynoqueue: without $DYNOQUEUE_DYNOMITE or one on PATH the lookup
+    fails with how to build one (and the Dynomite tests skip with that text); PATH is searched."""
+    monkeypatch.delenv(ENV_DYNOMITE, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DynomiteNotFoundError, match=r"none is on PATH.*github\.com/Netflix"):
+        find_dynomite()
+    on_path = tmp_path / "dynomite"
+    on_path.write_text("#!/bin/sh\nexit 0\n")
+    on_path.chmod(0o755)
+    assert find_dynomite() == str(on_path)
+    monkeypatch.setenv(ENV_DYNOMITE, str(tmp_path / "elsewhere"))
+    with pytest.raises(DynomiteNotFoundError, match="is not an executable dynomite"):
+        find_dynomite()

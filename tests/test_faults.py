@@ -21,7 +21,7 @@ import pytest
 from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
 from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, dynomite
 
-from .deployments import ZONES, Deployment, rack_contents
+from .deployments import NEEDS_DYNOMITE, ZONES, Deployment, rack_contents
 from .faults import MAX_KEPT_ERRORS, Ledger, run_under_fault
 
 pytestmark = pytest.mark.slow
@@ -202,6 +202,7 @@ def test_cluster_write_after_a_manual_failover_follows_moved() -> None:
         assert q.contains("before") and q.contains("after")
 
 
+@NEEDS_DYNOMITE
 def test_dynomite_rack_restart_under_load_dc_quorum() -> None:
     """One producer and a consumer per zone, each on its own rack's node (DC_QUORUM reads and
     writes); rack c's redis-server is killed and restarted under load. It comes back empty and

@@ -167,6 +167,8 @@ def listen(channels: Sequence[str], closed: Callable[[], bool]) -> ListenOp:
                         yield Listening(True)
                         yield Rang(None)  # rings may have been missed while not subscribed
         except Exception as exc:  # never let the listener die (see the docstring)
+            if closed():  # the close shut the socket under a read: no outage, nothing to log
+                break
             if isinstance(exc, NoPermissionError):  # no channel permission: poll, retry rarely
                 listening = False
                 yield Listening(False, denied=str(exc))

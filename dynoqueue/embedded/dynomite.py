@@ -46,8 +46,6 @@ logger = logging.getLogger("dynoqueue.embedded")
 
 #: Environment variable naming the dynomite binary (a path, or a command name on ``PATH``).
 ENV_DYNOMITE = "DYNOQUEUE_DYNOMITE"
-#: Where a checkout finds the shared build, relative to the repository root.
-SHARED_DYNOMITE = Path("..", "shared", "dynomite", "bin", "dynomite")
 #: The racks of the default topology: one per availability zone, as dyno-queues deploys.
 RACKS = ("us-east-1a", "us-east-1b", "us-east-1c")
 #: Dynomite's consistency levels (``read_consistency`` / ``write_consistency``).
@@ -56,9 +54,8 @@ _RING = 2**32  # Dynomite's token space (murmur3 32-bit)
 _READY_PROBE = "__dynoqueue_dynomite_ready_{}__"
 
 _GET_IT = (
-    "Build it from github.com/Netflix/dynomite (autoreconf -fvi && ./configure && make) and "
-    f"set {ENV_DYNOMITE}=/path/to/dynomite, or put the build at ../shared/dynomite/bin/dynomite "
-    "next to this checkout."
+    "Build it from github.com/Netflix/dynomite outside this checkout (autoreconf -fvi && "
+    f"./configure && make) and set {ENV_DYNOMITE}=/path/to/dynomite, or put it on PATH."
 )
 
 _live_lock = threading.Lock()
@@ -76,8 +73,8 @@ def _stop_all_at_exit() -> None:
 def find_dynomite() -> str:
     """Return the dynomite binary the embedded topology runs.
 
-    Looked up in this order: ``$DYNOQUEUE_DYNOMITE`` (when set it must be usable), then
-    ``../shared/dynomite/bin/dynomite`` relative to the checkout this package runs from.
+    Looked up in this order: ``$DYNOQUEUE_DYNOMITE`` (a path or a command name; when set it must
+    be usable), then a ``dynomite`` on ``PATH``. No binary ships with dynoqueue.
 
     Returns:
         The absolute path of an executable dynomite.
@@ -92,12 +89,11 @@ def find_dynomite() -> str:
             raise DynomiteNotFoundError(
                 f"{ENV_DYNOMITE}={configured!r} is not an executable dynomite. {_GET_IT}")
         return os.path.abspath(found)
-    checkout = Path(__file__).resolve().parents[2]
-    shared = (checkout / SHARED_DYNOMITE).resolve()
-    if shared.is_file() and os.access(shared, os.X_OK):
-        return str(shared)
-    raise DynomiteNotFoundError(f"No dynomite binary: {ENV_DYNOMITE} is not set and {shared} "
-                                f"does not exist. {_GET_IT}")
+    on_path = shutil.which("dynomite")
+    if on_path:
+        return os.path.abspath(on_path)
+    raise DynomiteNotFoundError(
+        f"No dynomite binary: {ENV_DYNOMITE} is not set and none is on PATH. {_GET_IT}")
 
 
 def client(host: str, port: int, **redis_kwargs: Any) -> redis.Redis:

@@ -237,11 +237,12 @@ class AsyncDriver:
 
 def _packed(conn: Any, commands: list[Any]) -> Any:
     """The wire form of ``commands``: hiredis's C packer when it is installed and the client
-    encodes text as strict UTF-8 (what hiredis does), else redis.asyncio's Python packer."""
+    encodes text as strict UTF-8 (what hiredis does), else redis.asyncio's Python packer (whose
+    list of chunks is joined: the writer takes one bytes object)."""
     pack = hiredis_packer(conn)
     if pack is not None:
         return b"".join([pack(tuple(args)) for args in commands])
-    return conn.pack_commands(commands)
+    return b"".join(conn.pack_commands(commands))
 
 
 async def _wait_failed(call: _Call, exc: BaseException) -> BaseException:

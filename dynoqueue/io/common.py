@@ -59,10 +59,14 @@ class Doorbells(Generic[B]):
         self._lock = threading.Lock()
 
     def get(self, core: QueueCore) -> B:
-        """The doorbell of ``core``'s queue (not yet subscribed, when new)."""
+        """The doorbell of ``core``'s queue (not yet subscribed, when new). A closed queue gets
+        one without a listener, kept nowhere: a pop that the close woke asks once more before
+        its claim sees the close, and nothing it starts may outlive the close."""
         with self._lock:
             bell = self._bells.get(core)
             if bell is None:
+                if core.closed or core.detached:
+                    return self._make(self._conn, core.bell_channels, False)
                 bell = self._bells[core] = self._make(self._conn, core.bell_channels,
                                                       core.settings.doorbell)
             return bell
