@@ -369,17 +369,23 @@ def test_min_count_returns_as_soon_as_enough_are_leased(make_queues) -> None:
 # ------------------------------------------------------------------ robustness
 
 
+@pytest.mark.parametrize("stored", ["{not json", b"\xff\xfe not json at all"],
+                         ids=["bad-json", "not-utf8"])
 def test_a_poison_message_among_50_valid_ones_is_dead_lettered_and_the_rest_delivered(
-        make, raw, clock) -> None:
+        make, raw, clock, stored) -> None:
     q = make()
     q.push([Message(f"ok{i}") for i in range(50)])
-    raw.hset(q.keys.message_hash, "bad", "{not json")
+    raw.hset(q.keys.message_hash, "bad", stored)  # another client wrote it
     raw.zadd(q.keys.queue_shard("a"), {"bad": clock.now_ms - 1})
     got = q.pop(60)
     assert sorted(m.id for m in got) == sorted(f"ok{i}" for i in range(50))
     (dead,) = q.dead_letters()
     assert (dead.message.id, dead.reason) == ("bad", "undecodable")
     assert q.shard_sizes()["a"] == {"size": 0, "uacked": 50}
+    assert q.state("bad") is MessageState.DEAD
+    info = q.info("bad")
+    assert (info.state, info.shard, info.deliveries, info.payload) == (
+        MessageState.DEAD, "a", 1, None)
 
 
 def test_a_java_written_message_without_lifecycle_data_is_counted_from_its_first_pop(

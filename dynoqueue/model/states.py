@@ -179,7 +179,13 @@ _BORN_TEXT = re.compile(r"([0-9]*):([0-9]*):([0-9]*)")
 def _decode(raw: Any) -> dict[str, Any]:
     if not raw:
         return {}
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:  # a dead letter keeps what another client stored, which
+            raw = text = raw.decode(errors="replace")  # may not be UTF-8; the record is ours
+    else:
+        text = str(raw)
     if not text.startswith("{"):
         return _life_text(text)
     try:
