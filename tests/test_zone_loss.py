@@ -79,13 +79,43 @@ def test_survivors_adopt_the_shard_of_a_zone_without_a_live_factory(make_queues,
     assert {m.id for m in qa.pop(10)} == {"waiting"}
     clock.advance(151)
     assert zone_a.process_unacks() == 1  # now orphaned: its expired lease is put back
-    assert zone_a.zones.orphaned == ("c",)
+    # Zone b never beat: silent since the first beat that found it missing, as long as c.
+    assert zone_a.zones.orphaned == ("b", "c")
     got = qa.pop(10)
-    assert {m.id for m in got} == {"lost-lease", "c2"}
-    assert {m.shard for m in got} == {"c"}
-    assert qa.ack_many(got) == 2
-    # Zone b never beat: it is not adopted (nothing tells "not deployed" from "gone").
-    assert qa.size() == 2 and qa.shard_sizes()["b"]["size"] == 2
+    assert {m.id for m in got} == {"lost-lease", "c2", "b1", "b2"}
+    assert [m.shard for m in got[:2]] == ["b", "b"]  # adopted shards in shard order
+    assert qa.ack_many(got) == 4
+    assert qa.size() == 0
+
+
+@BOTH_APIS
+@pytest.mark.deployments("single", "cluster")
+def test_a_zone_whose_process_died_before_its_first_beat_is_adopted(make_queues,
+                                                                    clock) -> None:
+    """Zone c's only process pops and dies before it ever beat (``P.ZONES`` holds a and b
+    only): the survivors count c as silent from their first beat that found it missing."""
+    grace = {"orphan_shard_grace_ms": 300, "clock": clock}
+    zone_a, zone_b = make_queues(**grace), make_queues(shard_supplier=_in("b"), **grace)
+    zone_c = make_queues(shard_supplier=_in("c"), **grace)  # no reprocessor: it never beats
+    name = unique("unborn")
+    sent = [f"m{i}" for i in range(30)]
+    zone_a.get(name).push([Message(i) for i in sent])  # round robin: ten per shard
+    leased = zone_c.get(name).pop(4, lease_ms=100)
+    assert {m.shard for m in leased} == {"c"} and len(leased) == 4
+    zone_c.close()  # killed: its leases are never acked
+    assert zone_a.process_unacks() == 0 and zone_b.process_unacks() == 0
+    clock.advance(200)
+    assert zone_b.process_unacks() == 0 and zone_a.process_unacks() == 0
+    assert zone_a.zones.orphaned == ()  # within the grace period: c is not adopted yet
+    clock.advance(101)
+    assert zone_b.process_unacks() + zone_a.process_unacks() == 4  # c's expired leases, once
+    assert zone_a.zones.orphaned == zone_b.zones.orphaned == ("c",)
+    got_a = zone_a.get(name).pop(30)  # its own shard first, then the adopted one
+    got_b = zone_b.get(name).pop(30)  # shard c is drained already
+    assert {m.shard for m in got_a} == {"a", "c"} and {m.shard for m in got_b} == {"b"}
+    assert sorted(m.id for m in got_a + got_b) == sorted(sent)
+    assert zone_a.get(name).ack_many(got_a + got_b) == 30
+    assert zone_a.get(name).size() == 0
 
 
 @BOTH_APIS
@@ -102,7 +132,8 @@ def test_local_messages_come_before_an_adopted_shards(make_queues) -> None:
     q.push([Message(f"m{i}") for i in range(6)])  # b, c, a, b, c, a
     first = q.pop(2)
     assert {m.shard for m in first} == {"a"}
-    assert {m.shard for m in q.pop(5)} == {"c"}
+    # c died; b never beat, so it is silent since zone c's beat found it missing
+    assert {m.shard for m in q.pop(5)} == {"b", "c"}
 
 
 @BOTH_APIS
@@ -376,5 +407,6 @@ def test_the_reprocessor_of_either_api_beats_and_adopts_by_itself(make_queues, r
     gone.process_unacks()  # zone c beats once, then stops
     gone.close()
     assert eventually(lambda: raw.hget(f"{prefix}.ZONES", "a") is not None, 2)
-    # No unack pass is due for a minute: the heartbeat alone finds zone c orphaned.
-    assert eventually(lambda: zone_a.zones.orphaned == ("c",), 2)
+    # No unack pass is due for a minute: the heartbeat alone finds zone c orphaned (and b,
+    # which never beat: silent since zone c's beat found it missing).
+    assert eventually(lambda: zone_a.zones.orphaned == ("b", "c"), 2)

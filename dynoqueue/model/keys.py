@@ -406,6 +406,7 @@ class PrefixKeys:
     * ``P.QUEUES``  set: the name of every queue dynoqueue has pushed to or served under ``P``
       (the unack reprocessor's list of queues; Java v1 clients do not write it)
     * ``P.ZONES``   hash: shard -> the epoch ms a factory whose local shard it is last beat
+      (for a configured shard that never beat: when a beat of another shard first saw it missing)
 
     Attributes:
         prefix: the key prefix.

@@ -1,7 +1,8 @@
 -- heartbeat: record that a factory whose local shard is ARGV[2] is alive, and name the shards
 -- whose factories have all been silent for more than the grace period (orphaned: the caller
--- adopts them). A shard that never beat is not orphaned: nothing tells a zone that is not
--- deployed yet (or is served only by Java v1 clients, which do not beat) from one that died.
+-- adopts them). A configured shard that never beat counts as silent from the first beat that
+-- found it missing (that beat writes its time for it): a zone whose process died before its
+-- first beat, or that was never deployed, is adopted like one that died later.
 -- KEYS: [1] P.ZONES (hash shard -> last beat, epoch ms)
 -- ARGV: [1] now override or '', [2] local shard, [3] grace (ms, >= 1), [4..] every shard
 -- Returns: {now (epoch ms), orphaned shard, ...} in the order of ARGV[4..]
@@ -17,7 +18,9 @@ local out = {now}
 for i = 4, #ARGV do
   if ARGV[i] ~= ARGV[2] then
     local last = tonumber(redis.call('HGET', zones, ARGV[i]) or '')
-    if last and now - last > grace then
+    if not last then
+      redis.call('HSET', zones, ARGV[i], string.format('%.0f', now))
+    elseif now - last > grace then
       out[#out + 1] = ARGV[i]
     end
   end
