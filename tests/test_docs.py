@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from .deployments import NEEDS_DYNOMITE
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
@@ -31,6 +33,8 @@ def test_every_deployment_has_a_runnable_example() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code", [c for _, c in EXAMPLES], ids=[h for h, _ in EXAMPLES])
+@pytest.mark.parametrize("code", [
+    pytest.param(c, marks=[NEEDS_DYNOMITE] if "dynomite" in c else []) for _, c in EXAMPLES],
+    ids=[h for h, _ in EXAMPLES])
 def test_deployment_example_runs(code: str) -> None:
     exec(compile(code, "docs/deployments.md", "exec"), {"__name__": "docs_example"})

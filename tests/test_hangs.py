@@ -293,14 +293,14 @@ def test_call_timeout_ms_is_checked_and_sets_the_socket_timeouts(server: RedisSe
     with RedisQueues.from_url(server.url, call_timeout_ms=2000, unack_handler_interval_ms=0,
                               client_options={"socket_connect_timeout": None}) as queues:
         kwargs = queues.quorum_conn.connection_pool.connection_kwargs
-        assert kwargs["socket_timeout"] == 1.0  # half the deadline
+        assert kwargs["socket_timeout"] == 2.0  # a read may take the whole deadline
         assert kwargs["socket_connect_timeout"] == 2.0  # None (forever) is cut to the deadline
     # Sentinel (connects lazily): the data connections and the sentinel clients themselves.
     for factory in (RedisQueues, dqa.RedisQueues):
         queues = factory.from_sentinel([("127.0.0.1", 1)], "primary", call_timeout_ms=2000,
                                        unack_handler_interval_ms=0)
         pool = queues.quorum_conn.connection_pool
-        assert pool.connection_kwargs["socket_timeout"] == 1.0
+        assert pool.connection_kwargs["socket_timeout"] == 2.0
         for sentinel in pool.sentinel_manager.sentinels:
             assert sentinel.connection_pool.connection_kwargs["socket_timeout"] == 0.5
             assert sentinel.connection_pool.connection_kwargs["socket_connect_timeout"] == 0.5
@@ -351,4 +351,41 @@ def test_a_claim_is_not_sent_again_after_a_read_timeout(
     finally:
         assert server.pid is not None
         os.kill(server.pid, signal.SIGCONT)
+        queues.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_stall_shorter_than_the_deadline_is_waited_out(api: str, bridge: Bridge,
+                                                          server: RedisServer) -> None:
+    """``CLIENT PAUSE 2000 WRITE`` (what a failover does to the old primary) and a script that
+    runs 2 s (a slow script blocks every client): with a 3 s deadline a push and a pop wait them
+    out instead of giving up after one read timeout at half the deadline; a longer stall
+    (``CLIENT PAUSE 5000 ALL``) still ends at the deadline."""
+    factory: Any = dqa.RedisQueues if api == "async" else RedisQueues
+    built = factory.from_url(server.url, key_prefix=f"h{uuid.uuid4().hex[:8]}",
+                             call_timeout_ms=3000, unack_handler_interval_ms=0)
+    queues = bridge.wrap_factory(built) if api == "async" else built
+    admin = server.client()
+    busy = ("local t = redis.call('TIME') repeat local n = redis.call('TIME') "
+            "until (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 2000000 return 1")
+    try:
+        q = queues.get("jobs")
+        q.push([Message("warm")])  # connected, scripts loaded
+        admin.execute_command("CLIENT", "PAUSE", 2000, "WRITE")
+        took, value = _timed(lambda: q.push([Message("paused")]), 10)
+        assert value == ["paused"], value
+        assert 1.5 <= took <= 3.0 * SLACK
+        slow = threading.Thread(target=lambda: server.client().eval(busy, 0), daemon=True)
+        slow.start()
+        time.sleep(0.1)
+        took, value = _timed(lambda: q.pop(5, wait_ms=0), 10)
+        assert sorted(m.id for m in value) == ["paused", "warm"]
+        assert 1.5 <= took <= 3.0 * SLACK
+        slow.join()
+        admin.execute_command("CLIENT", "PAUSE", 5000, "ALL")
+        took = _ends_typed("size during a 5 s pause", q.size, 3.0)
+        assert took >= 2.5  # the whole deadline, not half of it
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
         queues.close()

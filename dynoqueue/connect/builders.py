@@ -416,8 +416,10 @@ def _options(flavor: Flavor, options: Mapping[str, Any] | None, retry: RetryBudg
     retry with ``endpoint``, stopping at the call's deadline), the errors worth retrying,
     timeouts derived from the deadline ``limit_s``, then the caller's own (capped by it).
 
-    A read may take half the deadline, a connection a quarter (at most 2 s): a frozen server
-    fails a call in about half of it, and after a quick failure (a refused connection in a
+    A read may take the whole deadline, so a call waits out a stall shorter than its deadline
+    (``CLIENT PAUSE`` in a failover, a slow script) and a frozen server fails it at the
+    deadline; a read timeout is retried only while time is left (never a claim's). A connection
+    may take a quarter (at most 2 s), so after a quick failure (a refused connection in a
     failover) there is still time for retries."""
     common: dict[str, Any] = {
         "retry": flavor.make_retry(retry if retry is not None else RetryBudget(),
@@ -425,7 +427,7 @@ def _options(flavor: Flavor, options: Mapping[str, Any] | None, retry: RetryBudg
         # ReadOnlyError: a write reached a primary that a failover just demoted.
         "retry_on_error": [RedisConnectionError, RedisTimeoutError, ReadOnlyError],
         "socket_connect_timeout": min(2.0, limit_s / 4),
-        "socket_timeout": limit_s / 2,
+        "socket_timeout": limit_s,
         "health_check_interval": 10,
     }
     common.update(options or {})

@@ -57,9 +57,10 @@ class QueueOptions(TypedDict, total=False):
             each call returns or raises a typed error within it, retries and reconnects
             included; a waiting pop gets its ``wait_ms`` plus this. Past it the call raises
             :class:`~dynoqueue.errors.CallTimeoutError` (a frozen or partitioned server).
-            The builders derive their clients' socket timeouts from it (read: half of it,
-            connect: a quarter, at most 2 s), so a frozen server fails a call in about half
-            the deadline; ``close()`` is bounded by it too.
+            The builders derive their clients' socket timeouts from it (read: all of it,
+            connect: a quarter, at most 2 s), so a call waits out a stall shorter than the
+            deadline (``CLIENT PAUSE`` in a failover) and a frozen server fails it at the
+            deadline; ``close()`` is bounded by it too.
         eviction_check: what the first call does when the server's ``maxmemory-policy`` may
             evict queue keys (``allkeys-*``: messages vanish without an error): ``"refuse"``
             (default: raise ConfigurationError), ``"warn"`` (log one warning) or ``"off"``.
