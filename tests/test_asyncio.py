@@ -24,6 +24,7 @@ from dynoqueue import (
     DynoQueueError,
     Message,
     QueueClosedError,
+    QueuePolicy,
     RedisOperationError,
     SingleShardSupplier,
     StaticShardSupplier,
@@ -392,3 +393,34 @@ def test_every_call_works_without_hiredis_packing(redis_server, prefix, monkeypa
             assert await q.size() == 0
 
     run(scenario())
+
+
+@pytest.mark.deployments("single", "cluster")
+@pytest.mark.parametrize("policy", [None, QueuePolicy(max_deliveries=5)], ids=["plain", "policy"])
+def test_200_waiting_pops_get_every_message_and_close_releases_them(deployment, prefix,
+                                                                     policy) -> None:
+    """A waiting pop needs no connection of its own while it waits: 200 of them on one queue
+    wake and claim together (a Cluster client fails a command at once when a node has its
+    max_connections in use: 101 pops failed and 99 messages stayed behind), then a close
+    while others wait releases them and leaves no task behind."""
+    async def scenario() -> tuple[list[str], list[object], list[str]]:
+        queues = RedisQueues.from_url(deployment.url, key_prefix=prefix, policy=policy,
+                                      read_from_replicas=False, unack_handler_interval_ms=0)
+        q = queues.get(unique())
+        pops = [asyncio.create_task(q.pop(1, wait_ms=8000)) for _ in range(200)]
+        await asyncio.sleep(0.5)
+        await q.push([Message(f"m{i}") for i in range(200)])
+        got = await asyncio.gather(*pops, return_exceptions=True)
+        errors = [g for g in got if isinstance(g, BaseException)]
+        ids = sorted(m.id for batch in got if isinstance(batch, list) for m in batch)
+        waiting = [asyncio.create_task(q.pop(1, wait_ms=20_000)) for _ in range(50)]
+        await asyncio.sleep(0.3)
+        await queues.aclose()
+        after = await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return ids, [*errors, *(a for a in after if a != [])], left
+
+    ids, errors, left = run(scenario())
+    assert errors == []
+    assert ids == sorted(f"m{i}" for i in range(200))
+    assert left == []

@@ -58,6 +58,14 @@ class AsyncDriver:
         self._clients = {rq.QUORUM: quorum, "read": read}
         self._bells = Doorbells(TaskDoorbell, quorum)
         self._node_clients: dict[str, Any] = {}  # Cluster primary name -> its own client
+        # redis.asyncio fails a command at once (MaxConnectionsError) when its pool (or a
+        # Cluster node) has max_connections in use (redis-py 8: 100 by default): a command
+        # that takes a connection of its own waits for one of fewer places instead (many
+        # waiting pops wake and claim together). A quarter stays free for what holds a
+        # connection outside them: doorbell subscriptions, the batchers. Keyed by client:
+        # the roles may share one.
+        self._places = {id(client): asyncio.Semaphore(_places(client))
+                        for client in self._clients.values()}
         # Commands that tasks send at the same moment on a plain redis.asyncio.Redis go out as
         # one pipelined write on one connection (auto-pipelining), per role.
         self._batchers = {role: _Batcher(client) for role, client in self._clients.items()
@@ -166,13 +174,19 @@ class AsyncDriver:
         client = self._clients[request.role]
         if request.replica_of is not None:
             return await replica_node(client, request.replica_of).execute_command(*request.args)
-        return await client.execute_command(*request.args)
+        async with self._place(client):
+            return await client.execute_command(*request.args)
+
+    def _place(self, client: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of ``client``'s places (see __init__)."""
+        return self._places[id(client)]
 
     async def _pipeline(self, request: rq.Pipeline) -> list[Any]:
         client = self._clients[request.role]
         if request.owner_of is not None:
             client = self._node_client(client.get_node_from_key(request.owner_of))
-        return list(await filled_pipeline(client, request.commands).execute())
+        async with self._place(client):
+            return list(await filled_pipeline(client, request.commands).execute())
 
     def _node_client(self, node: Any) -> Any:
         """A plain client of one Cluster node, so a pipeline and its WAIT reach that node."""
@@ -181,11 +195,13 @@ class AsyncDriver:
             pool = redis.asyncio.ConnectionPool(connection_class=node.connection_class,
                                                 **node.connection_kwargs)
             client = self._node_clients[node.name] = redis.asyncio.Redis(connection_pool=pool)
+            self._places[id(client)] = asyncio.Semaphore(_places(client))
         return client
 
     async def _scan(self, request: rq.Scan) -> list[tuple[Any, Any]]:
         client = self._clients[request.role]
-        return [pair async for pair in client.hscan_iter(request.key, count=request.count)]
+        async with self._place(client):
+            return [pair async for pair in client.hscan_iter(request.key, count=request.count)]
 
     async def _refresh(self, request: rq.RefreshSlots) -> None:
         client = self._clients[request.role]
@@ -233,6 +249,17 @@ class AsyncDriver:
         for client in clients:
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
+
+
+def _places(client: Any) -> int:
+    """How many commands may hold a connection of ``client`` at once: three quarters of its
+    max_connections (per node for a Cluster client), at least one."""
+    manager = slot_map(client)
+    limit = (manager.connection_kwargs.get("max_connections") if manager is not None
+             else getattr(getattr(client, "connection_pool", None), "max_connections", None))
+    if not isinstance(limit, int) or limit <= 0 or limit >= 2**31 - 1:
+        limit = 100
+    return max(1, limit * 3 // 4)
 
 
 def _packed(conn: Any, commands: list[Any]) -> Any:
