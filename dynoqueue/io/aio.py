@@ -33,6 +33,7 @@ from .common import (
     hiredis_packer,
     replica_node,
     slot_map,
+    typed,
 )
 
 T = TypeVar("T")
@@ -123,10 +124,11 @@ class AsyncDriver:
         Cancelled out of the operation is the caller's CancelledError again."""
         try:
             if error is not None and step.pending:
-                step.send(None, error)
+                step.send(None, typed(error) if isinstance(error, Exception) else error)
             while step.pending:
                 if not answered_here(step, deadline, self.call_timeout_s):
-                    step.send(*(await self._outcome(step.request, deadline)))
+                    reply, error = await self._outcome(step.request, deadline)
+                    step.send(reply, typed(error) if isinstance(error, Exception) else error)
         except rq.Cancelled:
             raise asyncio.CancelledError from None
         return step.result  # type: ignore[no-any-return]
@@ -499,6 +501,10 @@ class _Batcher:
         try:
             await conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
         except Exception as exc:
+            # Replies may be left unread (an error redis-py did not expect): the connection
+            # goes back to the pool only as a new one, never out of step with its replies.
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
             self._fail(batch, exc)
             return
         for send, reply in zip(sends, replies, strict=True):

@@ -7,10 +7,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from ..core import doorbell as bell
 from ..core import requests as rq
 from ..core.deadline import Deadline, DeadlinePassed
 from ..core.queue import QueueCore
+from ..errors import DynoQueueError
 
 B = TypeVar("B")
 
@@ -27,6 +32,25 @@ def answered_here(step: rq.Step[Any], deadline: Deadline, call_timeout_s: float)
     else:
         return False
     return True
+
+
+#: What a request's handler raises by design: redis-py's errors, the deadline's, the core's.
+_EXPECTED = (RedisError, RedisClusterException, DeadlinePassed, DynoQueueError)
+
+
+def typed(error: Exception) -> Exception:
+    """``error`` as the operation gets it: anything else redis-py raised from inside (an
+    AttributeError while a Cluster client's slot map changes under it, a TypeError of a
+    parser reading a socket that was shut) becomes a RedisError with it as the cause, so the
+    caller sees a typed :class:`~dynoqueue.errors.RedisOperationError`, never a raw one."""
+    if isinstance(error, _EXPECTED):
+        return error
+    text = f"redis-py failed: {type(error).__name__}: {error}"
+    wrapped = (RedisTimeoutError(text) if isinstance(error, TimeoutError)
+               else RedisConnectionError(text) if isinstance(error, OSError)
+               else RedisError(text))
+    wrapped.__cause__ = error
+    return wrapped
 
 
 def replica_node(cluster: Any, key: str) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import redis
 from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import doorbell as bell
@@ -129,7 +129,7 @@ class SyncDriver:
             except Exception as exc:  # the operation decides, as if it had sent the command
                 step = rq.Step(op())
                 if step.pending:
-                    step.send(None, exc)
+                    step.send(None, common.typed(exc))
                 return self._steps(step, deadline)
             return done(reply)
         finally:
@@ -145,7 +145,7 @@ class SyncDriver:
         try:
             return self._handlers[type(request)](request), None
         except Exception as exc:  # handed to the operation, which decides
-            return None, exc
+            return None, common.typed(exc)
 
     def _command(self, request: rq.Command) -> Any:
         if not request.idempotent:  # a claim: never repeated after a read timeout
@@ -176,8 +176,15 @@ class SyncDriver:
         conn = pin.conn
         packed = pin.packed(args, head)
         kind = id(head) + (len(packed) > 1 or len(packed[0]) > _BIG_SEND)
-        return conn.retry.call_with_retry(lambda: pin.round_trip(packed, kind),
-                                          lambda _error: conn.disconnect())
+        try:
+            return conn.retry.call_with_retry(lambda: pin.round_trip(packed, kind),
+                                              lambda _error: conn.disconnect())
+        except ResponseError:  # the script's own error reply: the connection is in step
+            raise
+        except Exception:  # replies may be left unread: never reuse it out of step
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            raise
 
     def release(self) -> None:
         """Give the connections pinned by threads back to their pools (the factory closes)."""
