@@ -334,3 +334,28 @@ def test_every_metric_name_is_in_the_docs_table() -> None:
         metric_names.OLDEST_READY_AGE, metric_names.WAITING_TIME,
         metric_names.SCRAPE_ROUND_TRIPS, metric_names.SCRAPE_DURATION}
     assert exposed == documented
+
+
+@pytest.mark.deployments("single", "cluster")
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)
+def test_queue_discovery_finds_a_queue_holding_only_dead_letters(deployment, prefix,
+                                                                  api, bridge) -> None:
+    opened = deployment.build(key_prefix=prefix, unack_handler_interval_ms=0, api=api,
+                              bridge=bridge)
+    try:
+        q = opened.get("dead-only")
+        q.push([Message("m")])
+        (leased,) = q.unsafe_pop_all_shards(1)
+        assert q.dead_letter(leased.id, "poison")
+    finally:
+        opened.close()
+    fresh = deployment.build(key_prefix=prefix, unack_handler_interval_ms=0, api=api,
+                             bridge=bridge)  # has opened no queue: only Redis can tell
+    try:
+        if api == "async":
+            stats = bridge.call(read_stats_async(fresh._target))
+        else:
+            stats = read_stats(fresh)
+        assert [(s.queue, s.dead, s.total("waiting")) for s in stats] == [("dead-only", 1, 0)]
+    finally:
+        fresh.close()

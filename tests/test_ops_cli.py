@@ -214,3 +214,21 @@ def test_ops_cli_works_with_the_core_install_alone(redis_server: RedisServer,
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 2
     assert "install the server extra: pip install 'dynoqueue[server]'" in done.stderr
+
+
+def test_a_queue_holding_only_dead_letters_is_listed(redis_server: RedisServer, prefix: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Its message hash is gone (the dead letter lives in its dead set): the overview, the
+    metrics' and the dashboard's queue discovery (one listing) must still show it."""
+    with RedisQueues.from_url(redis_server.url, zones=ZONES, local_zone=ZONES[0],
+                              key_prefix=prefix, unack_handler_interval_ms=0) as queues:
+        q = queues.get("poisoned")
+        q.push([Message("only")])
+        (leased,) = q.unsafe_pop_all_shards(1)
+        assert q.dead_letter(leased.id, "poison")
+        assert q.dead_size() == 1 and q.size() == 0
+    code, out, err = cli(capsys, "stats", "--json", *opts(redis_server, prefix))
+    assert code == 0, err
+    rows = json.loads(out)
+    assert {r["queue"] for r in rows} == {"poisoned"}
+    assert {r["dead"] for r in rows} == {1}  # per queue, on each of its shard rows

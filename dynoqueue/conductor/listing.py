@@ -1,8 +1,9 @@
 """Every queue under a factory's key prefix, as found in Redis (not only those opened here).
 
 A queue that holds any message, waiting or leased, has its message hash ``P.MESSAGE.Q`` (on a
-hash-tagged layout, Redis Cluster's, ``P.MESSAGE.{Q}``): a SCAN for those names finds every
-queue, including one whose messages are all leased (its waiting sets are then gone). On a
+hash-tagged layout, Redis Cluster's, ``P.MESSAGE.{Q}``), and one that holds dead letters its
+dead set ``P.DEAD.Q``: a SCAN for those names finds every queue, including one whose messages
+are all leased (its waiting sets are then gone) or dead. On a
 Cluster the SCAN runs on every primary. The queues the factory opened are listed too, empty
 or not, as Conductor's DAO listed them.
 """
@@ -33,10 +34,12 @@ def queue_names(queues: Any, operation: str) -> DaoOp[list[str]]:
         AccessDeniedError: the ACL user may not SCAN.
         RedisOperationError: Redis failed (the error names ``operation``).
     """
-    prefix = f"{queues.key_prefix}.MESSAGE."
     tagged = bool(queues.settings.hash_tag)
-    pattern = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in prefix) + (
-        "{*}" if tagged else "*")
+    prefix = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in f"{queues.key_prefix}.")
+    # One SCAN matches both P.MESSAGE.* and P.DEAD.* (and a few names that are neither,
+    # dropped below): a queue that holds only dead letters has no message hash, and it is
+    # the one an operator most needs to see.
+    pattern = prefix + "[MD]E[SA][SD]*"
     client = queues.quorum_conn
     try:
         if queues.settings.cluster:
@@ -49,19 +52,26 @@ def queue_names(queues: Any, operation: str) -> DaoOp[list[str]]:
         raise RedisOperationError(operation, pattern, str(exc)) from exc
     names = {queue.name for queue in queues.queues()}
     for key in keys:
-        name = _queue_name(key, len(prefix), tagged)
+        name = _queue_name(key, queues.key_prefix, tagged)
         if name:
             names.add(name)
     return sorted(names)
 
 
-def _queue_name(key: Any, start: int, tagged: bool) -> str | None:
-    """The queue a message hash key belongs to; None for a name this layout cannot hold."""
+def _queue_name(key: Any, key_prefix: str, tagged: bool) -> str | None:
+    """The queue a message hash or dead set key belongs to; None for any other key, or for a
+    name this layout cannot hold."""
     try:
         text = key.decode() if isinstance(key, bytes) else str(key)
     except UnicodeDecodeError:  # not a key dynoqueue wrote: names are text
         return None
-    name = text[start:]
+    for kind in ("MESSAGE", "DEAD"):
+        head = f"{key_prefix}.{kind}."
+        if text.startswith(head):
+            name = text[len(head):]
+            break
+    else:
+        return None
     if tagged:
         if not (name.startswith("{") and name.endswith("}")):
             return None
