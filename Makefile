@@ -3,7 +3,9 @@
 #   make spark-demo ARGS=...  the Spark pipeline on a month of flights (the 'spark' extra; Java 17+)
 #   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
 #   make test                 lint, type-check and run the test suite, what CI runs (every extra;
-#                             redis-server, Java 17 and Chromium installed as root if missing)
+#                             redis-server, Java 17 and Chromium installed as root if missing),
+#                             then test-minimal
+#   make test-minimal         the suites that matter with only the core dependencies
 # Each target installs only what it needs, into the same .venv: a later, bigger target adds its
 # packages to it (no new venv), and a target whose packages are there installs nothing new.
 
@@ -28,7 +30,8 @@ EXTRAS_test  := $$($(PY) tools/extras.py)
 ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis java chromium demo spark-demo bench test lint typecheck clean distclean
+.PHONY: venv install redis java chromium demo spark-demo bench test test-minimal lint typecheck clean \
+	distclean
 
 # venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
 venv: $(PY)
@@ -78,12 +81,20 @@ bench: $(VENV)/.stamp-bench
 	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue bench $(ARGS)
 
-# test: lint, type-check, then the full pytest suite (options come from pyproject.toml).
+# test: lint, type-check, the full pytest suite (options come from pyproject.toml), then the
+# suites that matter again as the default `pip install` gives it (test-minimal).
 test: $(VENV)/.stamp-test java chromium
 	$(ENSURE_REDIS)
 	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest
+	tools/test-minimal.sh $(PYTHON3)
+
+# test-minimal: the contract, Worker, asyncio and serve suites in virtualenvs with only the core
+# dependencies (no hiredis, no extras), with the oldest and the newest redis-py setup.cfg admits.
+test-minimal: $(VENV)/.stamp-core
+	$(ENSURE_REDIS)
+	tools/test-minimal.sh $(PYTHON3)
 
 # lint: ruff over the package, the tests and the benchmarks (needs only the dev extra).
 lint: $(VENV)/.stamp-dev
@@ -100,4 +111,4 @@ clean:
 
 # distclean: clean, and remove the virtualenv too.
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-minimal-*

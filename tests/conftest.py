@@ -13,6 +13,7 @@ deployments it applies to (e.g. the v1 key layout has no Cluster hash tags).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,11 @@ from .deployments import NAMES, NEEDS_DYNOMITE, SLOW, ZONES, Deployment, Deploym
 __all__ = ["ZONES"]
 
 
+#: The deployments this run may start: ``DYNOQUEUE_TEST_DEPLOYMENTS=single,cluster`` narrows
+#: every contract test to those (tools/test-minimal.sh runs on ``single``); default: all.
+ONLY = frozenset(os.environ.get("DYNOQUEUE_TEST_DEPLOYMENTS", "").replace(" ", "").split(",")
+                 if os.environ.get("DYNOQUEUE_TEST_DEPLOYMENTS") else NAMES)
+
 #: Modules whose tests run on both APIs (the public-API contract suite).
 CONTRACT_MODULES = frozenset({"test_queue_api", "test_bad_input", "test_concurrency",
                               "test_state_machine", "test_lifecycle", "test_conductor"})
@@ -41,7 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "deployment" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("deployments")
-    names = [n for n in NAMES if marker is None or n in marker.args]
+    names = [n for n in NAMES if (marker is None or n in marker.args) and n in ONLY]
     params = [pytest.param(n, id=n, marks=([pytest.mark.slow] if n in SLOW else [])
                            + ([NEEDS_DYNOMITE] if n == "dynomite" else []))
               for n in names]

@@ -162,7 +162,8 @@ def test_one_message_pushes_that_fail_on_the_wire_end_as_the_operation_decides(
     """A push sent as its command alone (AsyncDriver.run_call) whose batch fails hands the
     error to push's operation: NOSCRIPT after SCRIPT FLUSH sends the script's text, a killed
     connection is retried by the connection's Retry, or without retries raises
-    RedisOperationError with nothing stored; the next pushes go through again."""
+    RedisOperationError with nothing stored (or, where the parser saw the close first, goes
+    through on a new connection); the next pushes go through again."""
     raw = redis.Redis.from_url(redis_server.url)
 
     async def pushes(q: DynoQueue, tag: str, n: int = 20) -> list[Any]:
@@ -186,11 +187,16 @@ def test_one_message_pushes_that_fail_on_the_wire_end_as_the_operation_decides(
             q = queues.get(unique())
             await q.push([Message("warm-up")])
             raw.client_kill_filter(_type="normal", skipme=True)
-            failed = await pushes(q, "f")
-            assert all(isinstance(r, RedisOperationError) for r in failed), failed
-            assert await q.size() == 1
+            # Whether the client sees the closed connection before it writes (it then opens a
+            # new one: redis-py's Python parser reads the EOF first) or only at the read (a
+            # failed batch, not retried) depends on the parser: each push either went through
+            # or raised RedisOperationError with nothing stored.
+            outcomes = await pushes(q, "f")
+            stored = [r for r in outcomes if not isinstance(r, RedisOperationError)]
+            assert all(r == [f"f{i}"] for i, r in enumerate(outcomes) if r in stored), outcomes
+            assert await q.size() == 1 + len(stored)
             assert await pushes(q, "n") == [[f"n{i}"] for i in range(20)]
-            assert await q.size() == 21
+            assert await q.size() == 21 + len(stored)
         await no_retry.aclose()
 
     run(scenario())

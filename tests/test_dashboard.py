@@ -1,7 +1,8 @@
 """The dashboard of ``dynoqueue serve`` in a real headless Chromium (Debian's ``chromium``,
 driven by Playwright): the page loads, shows the numbers of a queue the test filled, the
-waiting-time bars, the dead letters, and its redrive button works. Saves
-``docs/dashboard.png``.
+waiting-time bars, the dead letters, and its redrive button works. Takes a screenshot (saved
+as ``docs/dashboard.png`` with ``DYNOQUEUE_UPDATE_DOCS=1``, else in the test's temporary
+folder: a test run leaves the tree as it was).
 
 No browser is downloaded: Playwright drives the system binary (``$DYNOQUEUE_CHROMIUM`` or
 ``/usr/bin/chromium``); without it the test fails and says how to install it.
@@ -65,7 +66,8 @@ def row_numbers(page: Page, queue: str) -> dict[str, str]:
     return dict(zip(names, cells, strict=True))
 
 
-def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page) -> None:
+def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page,
+                                                     tmp_path: Path) -> None:
     topic = f"reminders-{uuid.uuid4().hex[:6]}"
     send: list[dict[str, Any]] = [
         *({"msgId": f"bad-{i}", "delayMillis": 0, "maxRetry": 0} for i in range(2)),
@@ -105,8 +107,9 @@ def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page)
 
     time.sleep(2.5)  # one more refresh: the rates are known
     assert row_numbers(page, topic)["waiting/s"] != "-"
-    DOCS.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS / "dashboard.png"), full_page=True)
+    shots = DOCS if os.environ.get("DYNOQUEUE_UPDATE_DOCS") == "1" else tmp_path
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+    assert (shots / "dashboard.png").stat().st_size > 10_000
 
     page.check("#dead input[value='bad-1']")
     page.click("#redrive-selected")

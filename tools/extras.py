@@ -7,9 +7,12 @@ Usage:
                                            setup.cfg is tested with no Makefile edit
     tools/extras.py --requirements NAME    the requirements of extra NAME, one per line
                                            (tools/ensure-redis-server.sh installs 'embedded')
+    tools/extras.py --oldest NAME          the core requirement NAME pinned to the lowest
+                                           version setup.cfg admits ("redis==8.0"; the
+                                           minimal-install test run uses it)
 
-Exits non-zero, with a message on stderr, when setup.cfg, its [options.extras_require] section
-or the extra NAME is missing.
+Exits non-zero, with a message on stderr, when setup.cfg, its [options.extras_require] section,
+the extra NAME or a lower bound of the core requirement NAME is missing.
 """
 
 from __future__ import annotations
@@ -42,11 +45,31 @@ def extras(setup_cfg: Path = SETUP_CFG) -> dict[str, list[str]]:
     }
 
 
+def oldest(name: str, setup_cfg: Path = SETUP_CFG) -> str:
+    """The core requirement ``name`` pinned to its lower bound (``redis>=8.0`` -> ``redis==8.0``).
+
+    Raises:
+        SystemExit: ``name`` is not in install_requires, or has no ``>=`` bound.
+    """
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(setup_cfg, encoding="utf-8")
+    for line in parser.get("options", "install_requires", fallback="").splitlines():
+        requirement, _, bound = line.strip().partition(">=")
+        if requirement.strip().lower() == name.lower() and bound.strip():
+            return f"{requirement.strip()}=={bound.split(',')[0].strip()}"
+    raise SystemExit(f"extras: setup.cfg's install_requires has no '{name}>=...'")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print every extra's name, or one extra's requirements; see the module docstring."""
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     cli.add_argument("--requirements", metavar="NAME", help="print this extra's requirements")
+    cli.add_argument("--oldest", metavar="NAME",
+                     help="print core requirement NAME pinned to its lowest admitted version")
     args = cli.parse_args(argv)
+    if args.oldest is not None:
+        print(oldest(args.oldest))
+        return 0
     declared = extras()
     if args.requirements is None:
         print(",".join(declared))
