@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 
 from dynoqueue import RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
@@ -38,7 +39,7 @@ from dynoqueue.model.keys import PrefixKeys
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
-NAMES = ("single", "ring", "sentinel", "cluster", "dynomite")
+NAMES = ("single", "managed", "ring", "sentinel", "cluster", "dynomite")
 SLOW = frozenset({"sentinel", "cluster", "dynomite"})
 
 
@@ -95,16 +96,41 @@ class Deployment:
                        if isinstance(self.topology, SentinelRing) else self.topology.primary)
             return primary.client(decode_responses=True)
         assert isinstance(self.topology, RedisServer)
+        if self.name == "managed":
+            return ManagedRaw(host="127.0.0.1", port=self.topology.port, decode_responses=True)
         return self.topology.client(decode_responses=True)
 
     def __repr__(self) -> str:
         return f"Deployment({self.name})"
 
 
+#: ``managed``: one redis-server limited as managed services limit theirs (ElastiCache,
+#: Memorystore, Azure Cache): ``CONFIG`` renamed, ``DEBUG`` off, and the application's ACL user
+#: has neither ``@admin`` nor ``@dangerous`` (no ``INFO``, ``CONFIG``, ``CLIENT KILL`` ...) and
+#: may not ``CLIENT SETINFO``. The queues connect as that user; ``raw()`` is the default user.
+MANAGED_USER = ("app", "app-pw")
+MANAGED_CONFIG = "CONFIG-renamed-by-the-provider"
+
+
+def _managed() -> RedisServer:
+    server = RedisServer(extra_args=["--rename-command", "CONFIG", MANAGED_CONFIG]).start()
+    rules = ["on", f">{MANAGED_USER[1]}", "~*", "&*", "+@all", "-@admin", "-@dangerous"]
+    if server.version >= (7, 2):  # CLIENT SETINFO exists (older servers refuse it anyway)
+        rules.append("-client|setinfo")
+    with server.client() as admin:
+        admin.execute_command("ACL", "SETUSER", MANAGED_USER[0], *rules)
+    return server
+
+
 def _start(name: str) -> tuple[Deployment, Callable[[], None]]:
     if name == "single":
         server = RedisServer().start()
         return Deployment(name, server.url, server), server.stop
+    if name == "managed":
+        server = _managed()
+        user, password = MANAGED_USER
+        return (Deployment(name, f"redis://{user}:{password}@127.0.0.1:{server.port}/0", server),
+                server.stop)
     topology: Topology
     if name == "ring":
         topology = ZoneRing(ZONES).start()
@@ -140,6 +166,16 @@ class DynomiteRaw:
     def close(self) -> None:
         self._node.close()
         self._backend.close()
+
+
+class ManagedRaw(redis.Redis):
+    """The provider's own client of the ``managed`` deployment: every permission, and CONFIG
+    under the name the provider renamed it to."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args and isinstance(args[0], str) and args[0].upper().startswith("CONFIG"):
+            args = (MANAGED_CONFIG + args[0][len("CONFIG"):], *args[1:])
+        return super().execute_command(*args, **options)
 
 
 class DeploymentPool:

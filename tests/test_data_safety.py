@@ -294,19 +294,31 @@ def test_an_evicting_server_is_refused_by_default_and_warned_of_on_request(
             assert [m.id for m in q.unsafe_pop_all_shards(1)] == ["m1"]
         warned = [r for r in caplog.records if "maxmemory-policy is allkeys-lru" in r.getMessage()]
         assert len(warned) == 1 and warned[0].levelname == "WARNING"
-        # A user that may not read the configuration is not checked (a debug line says so).
+        # A user that may not CONFIG GET reads the policy in INFO: still refused.
         user = f"u{uuid.uuid4().hex[:8]}"
         raw.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
                             "-config")
+        limited = _client(api, lru_server, username=user, password="pw")
+        try:
+            with _factory(api, bridge, limited, key_prefix=prefix) as queues:
+                with pytest.raises(ConfigurationError, match="maxmemory-policy is allkeys-lru"):
+                    queues.get("jobs").push([Message("m3", "x")])
+        finally:
+            bridge.call(limited.aclose()) if api == "async" else limited.close()
+        # A user that may read neither is not checked: one warning says what was refused.
+        raw.execute_command("ACL", "SETUSER", user, "-info")
         caplog.clear()
         limited = _client(api, lru_server, username=user, password="pw")
         try:
             with _factory(api, bridge, limited, key_prefix=prefix) as queues:
                 assert queues.get("jobs").push([Message("m3", "x")]) == ["m3"]
+                assert queues.get("other").push([Message("m4", "x")]) == ["m4"]
         finally:
             bridge.call(limited.aclose()) if api == "async" else limited.close()
-        assert any("CONFIG GET refused" in r.getMessage() and r.levelname == "DEBUG"
-                   for r in caplog.records)
+        warned = [r.getMessage() for r in caplog.records
+                  if "maxmemory-policy was not checked" in r.getMessage()]
+        assert len(warned) == 1, warned
+        assert "CONFIG GET" in warned[0] and "INFO" in warned[0]
     finally:
         raw.close()
         bridge.call(client.aclose()) if api == "async" else client.close()

@@ -21,7 +21,10 @@ from dynoqueue import (
     RedisOperationError,
     RedisQueues,
     RedisServerStartError,
+    SingleShardSupplier,
+    Worker,
 )
+from dynoqueue.cli import main
 from dynoqueue.connect import RetryBudget, parse_url, redact_url
 from dynoqueue.embedded import (
     ClusterTopology,
@@ -364,3 +367,40 @@ def test_dynomite_profile_refuses_what_dynomite_cannot_do(kwargs) -> None:
                 "redis+cluster://127.0.0.1:1"):
         with pytest.raises(ConfigurationError):
             RedisQueues.from_url(url, dynomite=True)
+
+
+# ------------------------------------------------------------------ managed services' limits
+
+
+@pytest.mark.deployments("managed")
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)
+def test_a_managed_services_limits_leave_every_call_working(make_queues, deployment, api,
+                                                            caplog, capsys) -> None:
+    """CONFIG renamed, no DEBUG, an ACL user without @admin and @dangerous that may not
+    CLIENT SETINFO (the contract suite runs every public call on this deployment too): the
+    factory works, and the eviction check says once what it could not check."""
+    caplog.set_level("WARNING", logger="dynoqueue")
+    queues = make_queues(shard_supplier=SingleShardSupplier("a"))
+    assert set(queues.ping()) >= {"quorum", "non_quorum"}
+    q = queues.get(unique("managed"))
+    assert q.push([Message(f"m{i}") for i in range(5)]) == [f"m{i}" for i in range(5)]
+    other = queues.get(unique("other"))
+    assert other.push([Message("x")]) == ["x"]
+    (first,) = q.pop(1)
+    assert q.dead_letter(first.id, "poison") and q.dead_size() == 1
+    assert q.redrive() == 1
+    assert queues.process_unacks() == 0
+    assert sorted(queues.discover_queues()) == sorted(n.name for n in queues.queues())
+    warned = [r.getMessage() for r in caplog.records
+              if "maxmemory-policy was not checked" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "CONFIG GET" in warned[0] and "INFO" in warned[0]
+    if api == "sync":  # the Worker and the ops CLI, as the application's user
+        handled: list[str] = []
+        with Worker(q, lambda m: handled.append(m.id), concurrency=2):
+            assert eventually(lambda: len(handled) == 5, 10)
+        code = main(["stats", "--json", "--url", deployment.url, "--prefix",
+                     queues.key_prefix, "--zones", "a"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert other.name in out  # q is empty now: the overview lists queues holding messages

@@ -4,10 +4,11 @@ Under an ``allkeys-*`` ``maxmemory-policy`` Redis evicts whole keys when memory 
 queue's message hash, its zsets, its dead letters. Messages vanish with no error (BullMQ and
 Celery warn of the same). dynoqueue's keys never carry a TTL, so ``noeviction`` and the
 ``volatile-*`` policies never evict them. :class:`ServerCheck` reads the policy with ``CONFIG
-GET`` and, per the ``eviction_check`` setting, refuses to go on (``"refuse"``, the default), logs
-a warning once (``"warn"``) or does not look (``"off"``). A server or user that refuses
-``CONFIG GET`` (an ACL user without ``+config|get``, managed services, Dynomite, whose profile
-turns the check off) is skipped with a debug log.
+GET`` (or, where that is refused or renamed, as managed services do, ``INFO memory``) and, per
+the ``eviction_check`` setting, refuses to go on (``"refuse"``, the default), logs a warning
+once (``"warn"``) or does not look (``"off"``). A user that may read neither (an ACL user
+without ``@admin`` and ``@dangerous``) gets one warning that says what was refused and what to
+make sure of; its calls go on. Dynomite's profile turns the check off.
 
 It is one operation (:data:`~dynoqueue.core.requests.Op`), so both APIs run the same check.
 """
@@ -65,16 +66,25 @@ class ServerCheck:
             return
         if self.cluster:  # the asyncio Cluster client reads its slot map at first use only
             yield RefreshSlots(QUORUM)
+        owner = key if self.cluster else None
+        refused = []
         try:
             (reply,) = yield Pipeline(QUORUM, [("CONFIG", "GET", "maxmemory-policy")],
-                                      owner_of=key if self.cluster else None)
-        except ResponseError as exc:  # no permission, unknown command (proxies, services)
-            log.debug("maxmemory-policy not checked: CONFIG GET refused (%s)", exc)
-            self.done = True
-            return
-        policy = _policy_of(reply)
+                                      owner_of=owner)
+            policy = _policy_of(reply)
+        except ResponseError as exc:  # no permission, renamed (managed services), proxies
+            refused.append(f"CONFIG GET: {exc}")
+            try:  # INFO says it too, and more users may read it
+                (reply,) = yield Pipeline(QUORUM, [("INFO", "memory")], owner_of=owner)
+                policy = _policy_in_info(reply)
+            except ResponseError as exc:
+                refused.append(f"INFO: {exc}")
+                policy = None
         if policy is None:
-            log.debug("maxmemory-policy not checked: unexpected CONFIG GET reply %r", reply)
+            log.warning("the Redis server's maxmemory-policy was not checked (%s): make sure it "
+                        "is noeviction or volatile-* (an allkeys-* policy evicts queue keys and "
+                        "loses messages without an error), or pass eviction_check='off'",
+                        "; ".join(refused) or f"unexpected reply {reply!r:.80}")
         elif not eviction_safe(policy):
             message = (f"the Redis server's maxmemory-policy is {policy}: under memory pressure "
                        f"it evicts queue keys and messages are lost without an error; set "
@@ -83,6 +93,18 @@ class ServerCheck:
                 raise ConfigurationError(f"{message}, or pass eviction_check='warn' or 'off'")
             log.warning("%s", message)
         self.done = True
+
+
+def _policy_in_info(reply: Any) -> str | None:
+    """The policy in an ``INFO memory`` reply: a dict (redis-py's parsing) or its text."""
+    if isinstance(reply, dict):
+        policy = reply.get("maxmemory_policy")
+        return None if policy is None else as_text(policy).strip().lower()
+    for line in as_text(reply).splitlines():
+        name, _, value = line.partition(":")
+        if name == "maxmemory_policy":
+            return value.strip().lower()
+    return None
 
 
 def _policy_of(reply: Any) -> str | None:
