@@ -4,7 +4,8 @@
 #   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
 #   make test                 lint, type-check and run the test suite, what CI runs (every extra;
 #                             redis-server, Java 17 and Chromium installed as root if missing),
-#                             then test-minimal
+#                             then test-minimal and test-servers
+#   make test-servers         the suites again on Valkey / other Redis builds, where found
 #   make test-minimal         the suites that matter with only the core dependencies
 # Each target installs only what it needs, into the same .venv: a later, bigger target adds its
 # packages to it (no new venv), and a target whose packages are there installs nothing new.
@@ -30,7 +31,7 @@ EXTRAS_test  := $$($(PY) tools/extras.py)
 ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis java chromium demo spark-demo bench test test-minimal lint typecheck clean \
+.PHONY: venv install redis java chromium demo spark-demo bench test test-minimal test-servers lint typecheck clean \
 	distclean
 
 # venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
@@ -89,6 +90,13 @@ test: $(VENV)/.stamp-test java chromium
 	$(PY) -m mypy dynoqueue
 	$(PY) -m pytest
 	tools/test-minimal.sh $(PYTHON3)
+	tools/test-servers.sh $(PY)
+
+# test-servers: the server matrix (contract, lifecycle, ordering, Worker, faults) on every other
+# server found: $$DYNOQUEUE_TEST_SERVERS (comma-separated paths) and Debian's valkey-server.
+test-servers: $(VENV)/.stamp-test
+	$(ENSURE_REDIS)
+	tools/test-servers.sh $(PY)
 
 # test-minimal: the contract, Worker, asyncio and serve suites in virtualenvs with only the core
 # dependencies (no hiredis, no extras), with the oldest and the newest redis-py setup.cfg admits.
