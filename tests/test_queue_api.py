@@ -372,12 +372,18 @@ def test_a_push_rings_only_when_it_makes_a_message_due_earlier(make_queues, raw)
 
 @pytest.mark.deployments("single", "sentinel")
 def test_a_server_that_lost_its_scripts_is_sent_them_again(queue, raw) -> None:
-    """NOSCRIPT (a restart or SCRIPT FLUSH) is answered by sending the script's text, also on
-    the short path of a script call that has run before."""
+    """NOSCRIPT (a restart, SCRIPT FLUSH, or Redis 7.4+ / Valkey 8 evicting scripts sent with
+    EVAL) is answered by loading the script's text with SCRIPT LOAD (never EVAL, whose scripts
+    those servers evict) and calling it again, also on the short path of a script call that
+    has run before."""
     assert queue.push([Message("a")]) == ["a"] and queue.push([Message("b")]) == ["b"]
     raw.script_flush()
+    raw.config_resetstat()
     assert queue.push([Message("c")]) == ["c"]
     assert queue.push([Message("d")]) == ["d"] and queue.size() == 4
+    stats = raw.info("commandstats")
+    assert "cmdstat_eval" not in stats
+    assert stats["cmdstat_script|load"]["calls"] >= 1  # each script the calls used
 
 
 def test_ensure_is_push_if_absent(queue) -> None:

@@ -1061,7 +1061,10 @@ class QueueCore:
 
     def _script(self, role: str, name: str, keys: list[str], args: list[Any], *,
                 idempotent: bool, merge: Merge | None = None) -> Op[Any]:
-        """Run script ``name``; a server that lacks it (restarted, failed over) gets its text.
+        """Run script ``name``; a server that lacks it (restarted, failed over, or that evicted
+        it) is sent its text with ``SCRIPT LOAD``, then the call again (NOSCRIPT: nothing ran).
+        Not with ``EVAL``: Redis 7.4+ and Valkey 8 keep at most 500 scripts sent that way and
+        evict the oldest, so a busy server would answer NOSCRIPT again and again.
         ``merge`` (args after the keys: its head counts only those) lets the driver join this
         call with concurrent ones of the same script and keys (see :class:`Merge`)."""
         head = self._call_head(name, keys)
@@ -1073,9 +1076,9 @@ class QueueCore:
                               head=head if keys is self._life_keys else None)
             return (yield from self._send(command, idempotent=idempotent))
         except NoScriptError:
-            text = self._scripts[name].text
-            return (yield from self._send(Command(role, ("EVAL", text, len(keys), *keys, *args),
-                                                  idempotent=idempotent),
+            load = Command(role, ("SCRIPT", "LOAD", self._scripts[name].text), idempotent=True)
+            yield from self._send(load, idempotent=True)
+            return (yield from self._send(Command(role, call, idempotent=idempotent),
                                           idempotent=idempotent))
 
     def _script_once(self, operation: str, key: str, name: str, keys: list[str],
