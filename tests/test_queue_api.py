@@ -7,6 +7,7 @@ import time
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from dynoqueue import (
     DynoQueue,
@@ -370,20 +371,23 @@ def test_a_push_rings_only_when_it_makes_a_message_due_earlier(make_queues, raw)
         bell.close()
 
 
-@pytest.mark.deployments("single", "sentinel")
-def test_a_server_that_lost_its_scripts_is_sent_them_again(queue, raw) -> None:
+@pytest.mark.deployments("single", "managed", "sentinel", "cluster")
+def test_a_server_that_lost_its_scripts_is_sent_them_again(queue, raw, deployment) -> None:
     """NOSCRIPT (a restart, SCRIPT FLUSH, or Redis 7.4+ / Valkey 8 evicting scripts sent with
     EVAL) is answered by loading the script's text with SCRIPT LOAD (never EVAL, whose scripts
     those servers evict) and calling it again, also on the short path of a script call that
     has run before."""
     assert queue.push([Message("a")]) == ["a"] and queue.push([Message("b")]) == ["b"]
-    raw.script_flush()
-    raw.config_resetstat()
+    every = {"target_nodes": RedisCluster.ALL_NODES} if deployment.name == "cluster" else {}
+    raw.execute_command("SCRIPT", "FLUSH", **every)
+    raw.config_resetstat(**every)
     assert queue.push([Message("c")]) == ["c"]
     assert queue.push([Message("d")]) == ["d"] and queue.size() == 4
-    stats = raw.info("commandstats")
-    assert "cmdstat_eval" not in stats
-    assert stats["cmdstat_script|load"]["calls"] >= 1  # each script the calls used
+    stats = raw.info("commandstats", **every)
+    nodes = list(stats.values()) if deployment.name == "cluster" else [stats]
+    assert not any("cmdstat_eval" in node for node in nodes)
+    loads = sum(node.get("cmdstat_script|load", {}).get("calls", 0) for node in nodes)
+    assert loads >= 1  # each script the calls used, on the node that runs them
 
 
 def test_ensure_is_push_if_absent(queue) -> None:

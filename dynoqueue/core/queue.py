@@ -1076,8 +1076,11 @@ class QueueCore:
                               head=head if keys is self._life_keys else None)
             return (yield from self._send(command, idempotent=idempotent))
         except NoScriptError:
-            load = Command(role, ("SCRIPT", "LOAD", self._scripts[name].text), idempotent=True)
-            yield from self._send(load, idempotent=True)
+            load = ("SCRIPT", "LOAD", self._scripts[name].text)
+            if self._quorum_cluster:  # to the node the call goes to (the asyncio Cluster
+                yield Pipeline(role, [load], owner_of=keys[0])  # client cannot route it)
+            else:
+                yield from self._send(Command(role, load, idempotent=True), idempotent=True)
             return (yield from self._send(Command(role, call, idempotent=idempotent),
                                           idempotent=idempotent))
 
