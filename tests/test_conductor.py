@@ -147,6 +147,7 @@ def test_poll_deferred_messages(make_dao, clock: FakeClock) -> None:
     assert dao.get_size(q) == 10
     first = dao.poll_messages(q, 4, 100)
     assert ids(first) == [f"testmsg-{i}" for i in range(4)]
+    assert all(dao.ack(q, m.id) for m in first)  # else their leases end: delivered again
     clock.advance(5_000)
     second = dao.poll_messages(q, 3 + 10, 100)
     assert sorted(ids(second)) == ["testmsg-4", "testmsg-6", "testmsg-7"]
@@ -204,6 +205,7 @@ def test_push_messages_honours_each_messages_timeout(make_dao, clock: FakeClock)
     dao, q = make_dao(), unique()
     dao.push_messages(q, [Message("later", "p", timeout=2000, priority=3), Message("now", "n")])
     assert ids(dao.poll_messages(q, 5, 0)) == ["now"]
+    assert dao.ack(q, "now")  # else its lease ends before 2 s: delivered again
     clock.advance(1999)
     assert dao.poll_messages(q, 5, 0) == []
     clock.advance(1)

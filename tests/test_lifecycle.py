@@ -9,6 +9,7 @@ reprocessor runs (lease expiry, then the lifecycle sweep).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,55 @@ def as_str(value: Any) -> str:
 def expire_leases(q: Any, clock: FakeClock, ms: int = 1001) -> None:
     clock.advance(ms)
     q.process_unacks()
+
+
+# ------------------------------------------------------------------ lease expiry
+
+
+def test_an_ended_lease_is_delivered_again_by_the_next_pop(make, clock) -> None:
+    """SQS's visibility timeout: when a lease ends the message is due again, and the next pop
+    of its shard delivers it (counting the delivery) without waiting for an unack pass."""
+    q = make()
+    q.push([Message("m", "p"), Message("later", timeout=5000)])
+    (first,) = q.pop(5)
+    assert q.state("m") is MessageState.LEASED
+    clock.advance(999)
+    assert q.state("m") is MessageState.LEASED and q.pop(5) == []
+    clock.advance(1)
+    info = q.info("m")
+    assert (info.state, info.due_at_ms, info.lease_expires_at_ms) == (
+        MessageState.READY, clock.now_ms, None)
+    (again,) = q.pop(5)  # no process_unacks in between
+    assert (again.id, again.payload, again.deliveries) == ("m", "p", 2)
+    assert again.receipt != first.receipt
+    assert not q.ack("m", receipt=first.receipt)  # the first holder's lease is over
+    assert q.ack("m", receipt=again.receipt)
+    assert q.process_unacks() == 0 and q.shard_sizes()["a"] == {"size": 1, "uacked": 0}
+
+
+def test_an_ended_lease_at_its_last_delivery_dies_at_the_next_pop(make, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=1))
+    q.push([Message("once")])
+    assert [m.id for m in q.pop(1)] == ["once"]
+    clock.advance(1000)
+    assert q.pop(1) == []
+    assert q.state("once") is MessageState.DEAD
+    (dead,) = q.dead_letters()
+    assert (dead.message.id, dead.reason, dead.deliveries) == ("once", "max_deliveries", 1)
+
+
+def test_a_waiting_pop_wakes_when_a_lease_ends(make_queues) -> None:
+    """No write rings the doorbell when a lease ends: the claim tells the waiting pop when the
+    next lease of its shard ends, so it claims again then (not at its next poll)."""
+    q = make_queues(shard_supplier=SingleShardSupplier("a"), unack_timeout_ms=400,
+                    poll_interval_ms=10_000).get(unique("wake"))
+    q.push([Message("m")])
+    assert [m.id for m in q.pop(1)] == ["m"]
+    started = time.monotonic()
+    (again,) = q.pop(1, wait_ms=8000)
+    took = time.monotonic() - started
+    assert again.id == "m" and again.deliveries == 2
+    assert 0.3 <= took < 3.0, took  # the lease's 0.4 s, with a generous bound
 
 
 # ------------------------------------------------------------------ deliveries and receipts
@@ -349,6 +399,7 @@ def test_fixed_due_times(make, clock) -> None:
     q.push([Message("later", due_at_ms=clock.now_ms + 3000),
             Message("past", due_at_ms=clock.now_ms - 60_000)])
     assert [m.id for m in q.pop(5)] == ["past"]
+    assert q.ack("past")  # else its 1 s lease ends first, and it is delivered again
     assert q.info("later").due_at_ms == clock.now_ms + 3000
     clock.advance(3000)
     assert [m.id for m in q.pop(5)] == ["later"]

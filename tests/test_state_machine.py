@@ -16,7 +16,10 @@ The model encodes the library's contract:
 * pushes go round robin over ["a", "b", "c"], incrementing first (b, c, a, ...); ensure advances
   the same counter even when it does not push;
 * a pop leases in the shard the message waited in, until ``now + unack_timeout_ms``;
-  process_unacks puts back only the local shard's expired leases, due at the lease expiry;
+  process_unacks puts back only the local shard's expired leases, due at the lease expiry; a
+  claim of a shard first puts back up to its count of that shard's expired leases (earliest
+  expiry first; one at its last delivery dies), so they are delivered again at once; an
+  expired lease's state is READY;
 * grouped messages go to the group's crc32 shard (without moving the round robin); only the
   group's current message is deliverable; the others wait in line by (due ms, push sequence)
   and count as waiting (DELAYED/READY by their own due time); one due before a current message
@@ -293,10 +296,27 @@ class QueueMachine(RuleBasedStateMachine):
         return (mid, entry.payload, entry.timeout, entry.priority, shard, entry.group)
 
     def expired_local_leases(self) -> list[str]:
-        return [
-            mid for mid, e in self.model.items()
-            if e.leased and e.shard == LOCAL and e.expiry_ms <= self.now
-        ]
+        return self.expired_leases(LOCAL)
+
+    def expired_leases(self, shard: str) -> list[str]:
+        """The shard's leases that ended, in the order Redis lists them (expiry, id bytes)."""
+        ended = [mid for mid, e in self.model.items()
+                 if e.leased and e.shard == shard and e.expiry_ms <= self.now]
+        return sorted(ended, key=lambda mid: (self.model[mid].expiry_ms, mid.encode()))
+
+    def requeue_expired(self, shard: str, limit: int | None = None) -> list[str]:
+        """Put back the shard's first ``limit`` expired leases (all: None), due at their
+        expiry; one at its last delivery dies. Returns the ids put back."""
+        requeued = []
+        for mid in self.expired_leases(shard)[:limit]:
+            if self.at_last_delivery(mid):
+                self.kill(mid)
+                continue
+            entry = self.model[mid]
+            entry.leased = False
+            entry.due_ms = entry.expiry_ms
+            requeued.append(mid)
+        return requeued
 
     def next_deadline(self) -> int | None:
         """The earliest due time or lease expiry still in the future, if any."""
@@ -369,6 +389,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(count=st.integers(1, 4))
     def pop(self, count: int) -> None:
+        self.requeue_expired(LOCAL, count)  # the claim puts ended leases back first
         want = self.deliverable(LOCAL)[:count]
         expect = [self.expected(mid, LOCAL) for mid in want]
         popped = self.queue.pop(count, wait_ms=0)
@@ -384,7 +405,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(count=st.integers(1, 5))
     def unsafe_pop_all_shards(self, count: int) -> None:
-        want = [(mid, s) for s in SHARDS for mid in self.deliverable(s)][:count]
+        want: list[tuple[str, str]] = []
+        for s in SHARDS:  # local first, then the others, each claim for what is still wanted
+            if len(want) == count:
+                break
+            self.requeue_expired(s, count - len(want))
+            want += [(mid, s) for mid in self.deliverable(s)[:count - len(want)]]
         expect = [self.expected(mid, s) for mid, s in want]
         got = [as_tuple(m) for m in self.queue.unsafe_pop_all_shards(count, wait_ms=0)]
         assert got == expect
@@ -476,18 +502,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(via_factory=st.booleans())
     def process_unacks(self, via_factory: bool) -> None:
-        expired = self.expired_local_leases()
         assert self.queues is not None
         run = self.queues.process_unacks if via_factory else self.queue.process_unacks
-        requeued = [mid for mid in expired if not self.at_last_delivery(mid)]
-        assert run() == len(requeued)
-        for mid in expired:
-            if mid not in requeued:
-                self.kill(mid)
-                continue
-            entry = self.model[mid]
-            entry.leased = False
-            entry.due_ms = entry.expiry_ms
+        got = run()
+        assert got == len(self.requeue_expired(LOCAL))
 
     @precondition(lambda self: bool(self.expired_local_leases()))
     @rule()
@@ -518,8 +536,9 @@ class QueueMachine(RuleBasedStateMachine):
                 assert state is MessageState.DEAD
             elif mid not in self.model:
                 assert state is None
-            elif self.model[mid].leased:
-                assert state is MessageState.LEASED
+            elif self.model[mid].leased:  # an ended lease is due again
+                ended = self.model[mid].expiry_ms <= self.now
+                assert state is (MessageState.READY if ended else MessageState.LEASED)
             else:
                 due = self.model[mid].due_ms <= self.now
                 assert state is (MessageState.READY if due else MessageState.DELAYED)

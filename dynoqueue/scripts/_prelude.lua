@@ -807,6 +807,43 @@ local function dead_letter(k, id, reason, now, shard)
   return true
 end
 
+-- Put back up to limit messages of shard s whose lease ended by now (the oldest first), each
+-- due at its lease expiry (past: at once) plus its priority fraction; a grouped one stays its
+-- group's current message. One whose lease was its max deliveries-th is dead-lettered, one
+-- without payload buried. A claim runs this on its shard first, so an expired lease is
+-- delivered again by the next pop (SQS's visibility timeout); the unack reprocessor runs it for
+-- the shards nobody pops. Returns: requeued, without payload, dead-lettered, 1 if more remain.
+local function requeue_leases(k, s, now, limit)
+  local unack = k.unack(s)
+  local expired = redis.call('ZRANGEBYSCORE', unack, '-inf', string.format('%.0f', now),
+                             'WITHSCORES', 'LIMIT', 0, limit)
+  local p = nil
+  local requeued, stale, dead = 0, 0, 0
+  for i = 1, #expired, 2 do
+    local id = expired[i]
+    local json = redis.call('HGET', k.msg, id)
+    if not json then
+      bury_missing(k, id, now, s)
+      stale = stale + 1
+    else
+      redis.call('ZREM', unack, id)
+      p = p or policy_of(k)
+      local rec = life_of(k, id)
+      local most = max_deliveries(rec, p)
+      if most > 0 and (rec.d or 0) >= most then
+        dead_letter(k, id, 'max_deliveries', now, s)
+        dead = dead + 1
+      else
+        wait_in(k, s, id, math.floor(tonumber(expired[i + 1])), priority_of(json))
+        requeued = requeued + 1
+      end
+    end
+  end
+  local more = 0
+  if #expired == 2 * limit then more = 1 end
+  return requeued, stale, dead, more
+end
+
 -- Lease id (waiting in shard s, in zset from when known, its JSON read) for lease_ms: count
 -- the delivery, set the receipt. Returns the delivery count, or nil when its TTL had run out
 -- (it ends instead).

@@ -2,12 +2,14 @@
 -- delivery and giving each lease a receipt.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] shard index (1..n), [3] count (1..1000), [4] lease ms
--- Returns: {now, ms until the next waiting message is due (-1 if none), ids dead-lettered as
+-- Returns: {now, ms until the next waiting message is due or lease of the shard ends (-1 if
+--           none), ids dead-lettered as
 --           'payload-missing', id1, json1, deliveries1, due1, id2, ...}; a receipt is
 --           deliveries:now; due: when it fell due, for delivery lateness: its queue zset score
 --           as text (due ms + priority / 100: the whole part is the due ms), or with strict
 --           priority the due ms as a number.
--- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check.
+-- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check;
+-- a lease of the shard that ended is due again (requeued first, in the same script).
 -- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
 -- lowest ready scores are claimed (most urgent first). A grouped message is claimable only as
 -- its group's current message, so claiming it locks the group with no further step.
@@ -22,6 +24,10 @@ local s = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_until = now + tonumber(ARGV[4])
 local p = policy_of(k)
+-- Leases of this shard that ended wait again first (up to the batch): the claim below
+-- delivers them as the due messages they are, counting the delivery (SQS's visibility
+-- timeout), instead of at the unack reprocessor's next pass.
+requeue_leases(k, s, now, count)
 local from, scored, split
 if p.strict then
   promote(k, s)
@@ -124,7 +130,10 @@ end
 if p.strict and redis.call('EXISTS', k.ready(s)) == 1 then
   out[2] = 0
 else
+  -- The next message due: a waiting one, or a lease that ends (it is due again then).
   local next_due = earliest(k.queue(s))
+  local lease_end = earliest(k.unack(s))
+  if lease_end and (not next_due or lease_end < next_due) then next_due = lease_end end
   if next_due then out[2] = math.max(0, math.ceil(next_due - now)) end
 end
 return out

@@ -7,7 +7,8 @@
 --    born entry's fields) or '', expires at or '', ended/died at or '',
 --    ended/dead record JSON or '', the stored policy's max deliveries}
 -- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED. A grouped message waiting
--- behind its group's current one is DELAYED or READY by its own due time.
+-- behind its group's current one is DELAYED or READY by its own due time; a message whose lease
+-- ended is READY (score: the lease's end), as the next claim of its shard takes it.
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
@@ -24,6 +25,9 @@ if json then
   local state
   if place == 'unack' then
     score, state = redis.call('ZSCORE', k.unack(s), id), 'LEASED'
+    -- A lease that ended is due again: the next claim of its shard delivers it (or
+    -- dead-letters it at its max deliveries); its due time is the lease's end.
+    if tonumber(score) < now + 1 then state = 'READY' end
   elseif place == 'ready' then
     local due = split_ready_score(tonumber(redis.call('ZSCORE', k.ready(s), id)))
     score, state = string.format('%.0f', due), 'READY'
