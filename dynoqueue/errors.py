@@ -45,7 +45,10 @@ class RedisOperationError(DynoQueueError):
     """
 
     def __init__(self, operation: str, key: str, message: str) -> None:
-        super().__init__(f"operation {operation} failed on key {key}: {message}")
+        # An operation on no key (ping, listing queues) names none: the message names the
+        # endpoint (redis-py's "Error 111 connecting to host:port").
+        where = f" on key {key}" if key else ""
+        super().__init__(f"operation {operation} failed{where}: {message}")
         self.operation = operation
         self.key = key
 

@@ -24,6 +24,7 @@ from dynoqueue import (
     SingleShardSupplier,
     Worker,
 )
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.cli import main
 from dynoqueue.connect import RetryBudget, parse_url, redact_url
 from dynoqueue.embedded import (
@@ -139,16 +140,25 @@ def test_a_wrong_password_fails_at_once_with_a_typed_error(prefix) -> None:
             assert set(queues.ping()) == {"quorum", "non_quorum", "doorbell"}
 
 
-def test_transient_failures_are_retried_and_logged_with_the_endpoint(prefix, caplog) -> None:
-    queues = RedisQueues.from_url("redis://:s3cret@127.0.0.1:1", key_prefix=prefix,
-                                  unack_handler_interval_ms=0,
-                                  retry=RetryBudget(retries=2, base_s=0.01, cap_s=0.02))
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_transient_failures_are_retried_and_logged_with_the_endpoint(prefix, caplog, api,
+                                                                     bridge) -> None:
+    """A wrong port: every retry is logged with the endpoint, one warning per call and the
+    rest at debug (no flood of stderr), and the error names the endpoint, not an empty key."""
+    caplog.set_level("DEBUG", logger="dynoqueue")
+    factory: Any = AsyncRedisQueues if api == "async" else RedisQueues
+    built = factory.from_url("redis://:s3cret@127.0.0.1:1", key_prefix=prefix,
+                             unack_handler_interval_ms=0,
+                             retry=RetryBudget(retries=4, base_s=0.01, cap_s=0.02))
+    queues = bridge.wrap_factory(built) if api == "async" else built
     with pytest.raises(RedisOperationError) as info:
         queues.ping()
     assert not isinstance(info.value, AccessDeniedError)
-    assert "ping quorum" in str(info.value)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "dynoqueue.connect"]
-    assert len(warnings) >= 2 and all("127.0.0.1:1" in w and "retrying" in w for w in warnings)
+    assert "ping quorum failed: " in str(info.value) and "127.0.0.1:1" in str(info.value)
+    logged = [r for r in caplog.records if r.name == "dynoqueue.connect"]
+    assert len(logged) >= 4
+    assert all("127.0.0.1:1" in r.getMessage() and "retrying" in r.getMessage() for r in logged)
+    assert [r.levelname for r in logged].count("WARNING") == 1
     assert "s3cret" not in caplog.text
     queues.close()
 

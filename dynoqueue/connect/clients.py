@@ -106,7 +106,13 @@ class _Retrying:
                 deadline is not None and deadline.left() < backoff_s + took_s):
             return False
         attempt = f" (failure {failures} of at most {self.retries + 1})"
-        log.warning("Redis at %s: %s%s; retrying", self.endpoint, error, attempt)
+        # One warning per call (a server that is starting, a failover); its further retries,
+        # at every nested level, at debug: a wrong port must not flood stderr.
+        first = deadline is None or not deadline.warned
+        if deadline is not None:
+            deadline.warned = True
+        log.log(logging.WARNING if first else logging.DEBUG, "Redis at %s: %s%s; retrying",
+                self.endpoint, error, attempt)
         return True
 
 

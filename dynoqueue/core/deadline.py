@@ -22,10 +22,12 @@ class Deadline:
         seconds: from now, > 0.
     """
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "warned")
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
+        #: A retry of this call was logged as a warning (the others go to debug).
+        self.warned = False
 
     def left(self) -> float:
         """Seconds until the deadline (negative once it has passed)."""
