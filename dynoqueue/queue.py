@@ -17,7 +17,7 @@ from .core.queue import QueueCore
 from .core.requests import Op
 from .io.sync import SyncDriver
 from .model.message import Message
-from .model.states import DeadLetter, MessageInfo, MessageState
+from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 
 T = TypeVar("T")
 
@@ -663,6 +663,46 @@ class DynoQueue(QueueBase):
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
         return self._run(self._core.purge_dead())
+
+    def stored_policy(self) -> QueuePolicy | None:
+        """The policy the queue has stored in Redis (what every process's scripts apply).
+
+        Returns:
+            The stored :class:`QueuePolicy`, or None when none is stored yet (dyno-queues'
+            behaviour applies: no delivery limit, TTL or retention).
+
+        Raises:
+            ConfigurationError: the stored policy is unreadable.
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.stored_policy())
+
+    def set_policy(self, policy: QueuePolicy) -> QueuePolicy | None:
+        """Replace the queue's stored policy, atomically, on a live queue: every process's
+        next call applies it, no restart needed (their scripts read the stored policy). What
+        it does to messages already there (docs/semantics.md, "Changing a stored policy"):
+        ``max_deliveries`` counts at each lease's end, so leased and waiting messages get the
+        new limit (a message's own ``max_deliveries`` still wins); a TTL is set at push, so
+        ``message_ttl_ms`` applies to messages pushed after the change; ``retention_ms`` to
+        messages that end after it; ``dead_letter_retention_ms`` to every dead letter at the
+        next sweep; dead letters stay dead (``redrive`` them). Processes started later must be
+        given the new policy (or none): a different one gets ConfigurationError at its first
+        call, as always. Mirrors SQS's SetQueueAttributes (maxReceiveCount, retention).
+
+        Args:
+            policy: the new :class:`QueuePolicy`; its ``strict_priority`` must be the stored
+                one's (the ordering mode cannot change on a live queue).
+
+        Returns:
+            The policy stored before, or None when there was none.
+
+        Raises:
+            InvalidArgumentError: ``policy`` is not a QueuePolicy.
+            ConfigurationError: ``strict_priority`` differs from the stored one (nothing is
+                changed).
+            QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.set_policy(policy))
 
     def close(self) -> None:
         """Stop taking new work: later pushes and pops raise QueueClosedError, and waiting pops

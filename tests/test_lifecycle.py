@@ -99,6 +99,45 @@ def test_a_waiting_pop_wakes_when_a_lease_ends(make_queues) -> None:
     assert 0.3 <= took < 3.0, took  # the lease's 0.4 s, with a generous bound
 
 
+# ------------------------------------------------------------------ changing the stored policy
+
+
+def test_a_stored_policy_changes_on_a_live_queue(make, make_queues, clock) -> None:
+    q = make(QueuePolicy(max_deliveries=2))
+    q.push([Message("m")])
+    q.pop(1)
+    clock.advance(1000)
+    assert [m.deliveries for m in q.pop(1)] == [2]  # its last allowed delivery
+    # Raised while it is leased: its lease's end counts against the new limit.
+    raised = QueuePolicy(max_deliveries=5, retention_ms=60_000)
+    assert q.set_policy(raised) == QueuePolicy(max_deliveries=2)
+    assert q.stored_policy() == raised
+    clock.advance(1000)
+    assert [m.deliveries for m in q.pop(1)] == [3]  # not dead-lettered at 2
+    assert q.ack("m") and q.state("m") is MessageState.ACKED  # the new retention keeps it
+    # Another process: the new policy (or none) works, the old one is refused.
+    other = make_queues(shard_supplier=SingleShardSupplier("a"), clock=clock)
+    assert other.get(q.name, raised).size() == 0
+    stale = make_queues(shard_supplier=SingleShardSupplier("a"), clock=clock)
+    with pytest.raises(ConfigurationError, match="configure every process alike"):
+        stale.get(q.name, QueuePolicy(max_deliveries=2)).size()
+    # The ordering mode cannot change on a live queue: refused, nothing changed.
+    with pytest.raises(ConfigurationError, match="strict_priority cannot change"):
+        q.set_policy(QueuePolicy(max_deliveries=5, strict_priority=True))
+    assert q.stored_policy() == raised
+    with pytest.raises(InvalidArgumentError):
+        q.set_policy({"max_deliveries": 3})
+
+
+def test_a_queue_without_a_stored_policy_gets_one(make) -> None:
+    q = make()
+    assert q.stored_policy() is None
+    assert q.set_policy(QueuePolicy(max_deliveries=3)) is None
+    assert q.stored_policy() == QueuePolicy(max_deliveries=3)
+    q.push([Message("x")])
+    assert q.info("x").max_deliveries == 3
+
+
 # ------------------------------------------------------------------ deliveries and receipts
 
 

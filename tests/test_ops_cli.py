@@ -232,3 +232,26 @@ def test_a_queue_holding_only_dead_letters_is_listed(redis_server: RedisServer, 
     rows = json.loads(out)
     assert {r["queue"] for r in rows} == {"poisoned"}
     assert {r["dead"] for r in rows} == {1}  # per queue, on each of its shard rows
+
+
+def test_policy_shows_and_changes_the_stored_policy(filled: RedisQueues, redis_server: RedisServer,
+                                                    prefix: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "policy", "orders", *opts(redis_server, prefix))
+    assert code == 0, err
+    assert "none stored" in out
+    code, out, err = cli(capsys, "policy", "orders", "--max-deliveries", "7",
+                         "--retention-ms", "60000", "--json", *opts(redis_server, prefix))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["before"] is None
+    assert (doc["policy"]["max_deliveries"], doc["policy"]["retention_ms"]) == (7, 60_000)
+    code, out, _ = cli(capsys, "policy", "orders", "--max-deliveries", "9", "--json",
+                       *opts(redis_server, prefix))
+    doc = json.loads(out)
+    assert (doc["before"]["max_deliveries"], doc["policy"]["max_deliveries"]) == (7, 9)
+    assert doc["policy"]["retention_ms"] == 60_000  # the fields not given keep their values
+    assert filled.get("orders").stored_policy().max_deliveries == 9  # one process, no restart
+    code, _, err = cli(capsys, "policy", "orders", "--max-deliveries", "-1",
+                       *opts(redis_server, prefix))
+    assert code == 2 and "max-deliveries" in err

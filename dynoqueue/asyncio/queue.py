@@ -15,7 +15,7 @@ from ..core.queue import QueueCore
 from ..core.requests import Op
 from ..io.aio import AsyncDriver
 from ..model.message import Message
-from ..model.states import DeadLetter, MessageInfo, MessageState
+from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 from ..queue import DynoQueue as SyncDynoQueue
 
 T = TypeVar("T")
@@ -186,6 +186,12 @@ class DynoQueue(QueueBase):
 
     async def purge_dead(self) -> int:
         return await self._run(self._core.purge_dead())
+
+    async def stored_policy(self) -> QueuePolicy | None:
+        return await self._run(self._core.stored_policy())
+
+    async def set_policy(self, policy: QueuePolicy) -> QueuePolicy | None:
+        return await self._run(self._core.set_policy(policy))
 
     async def close(self) -> None:
         """See :meth:`dynoqueue.DynoQueue.close`."""

@@ -980,6 +980,28 @@ class QueueCore:
         self.events(self.name, "dead_lettered", count)
         self.events(self.name, "payload_missing", count)
 
+    def stored_policy(self) -> Op[QueuePolicy | None]:
+        self._check_attached()
+        # guarded, not _guard: no first-call policy check (this process's may be the old one)
+        raw = yield from guarded("stored_policy", self.keys.policy, self._command(
+            QUORUM, "GET", self.keys.policy))
+        return None if raw is None else QueuePolicy.from_json(raw)
+
+    def set_policy(self, policy: QueuePolicy) -> Op[QueuePolicy | None]:
+        if not isinstance(policy, QueuePolicy):
+            raise InvalidArgumentError(f"policy must be a QueuePolicy, got {policy!r:.80}")
+        self._check_attached()
+        replaced, old = yield from guarded("set_policy", self.keys.policy, self._script(
+            QUORUM, "set_policy", [self.keys.policy], [policy.to_json()], idempotent=True))
+        previous = QueuePolicy.from_json(old) if old else None
+        if not int(replaced):
+            raise ConfigurationError(
+                f"queue {self.name!r}: strict_priority cannot change on a live queue (stored "
+                f"{previous}); drain it into a new queue instead")
+        # This process now asks for the new policy: its first-call check agrees with it.
+        self.policy, self._policy_checked = policy, True
+        return previous
+
     def _check_policy(self) -> Op[None]:
         """At the first call with an explicit policy: store it unless the queue has one, and
         refuse to go on if what is stored differs (every process must apply the same)."""

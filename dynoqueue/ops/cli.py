@@ -1,5 +1,5 @@
 """The argparse side of the ops subcommands: ``dynoqueue stats|peek|get|dead|redrive|remove|
-purge|top`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
+purge|top|policy|discover`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
 
 Exit codes: 0 done; 1 the queue or message does not exist, nothing to redrive, or a
 destructive command was not confirmed; 2 bad usage, Redis unreachable or the credentials
@@ -84,6 +84,22 @@ def add_parsers(subparsers: Any) -> None:
                      help="seconds between refreshes (default 2)")
     top.add_argument("--iterations", type=int_at_least(0), default=0, metavar="N",
                      help="stop after N refreshes (default 0: until Ctrl-C)")
+
+    policy = _command(subparsers, "policy", commands.policy,
+                      "show or change a queue's stored policy",
+                      "Show the queue's stored QueuePolicy, or change the fields given "
+                      "(atomically; the others keep their stored values). Running processes "
+                      "apply it at their next call; see docs/semantics.md, 'Changing a stored "
+                      "policy', for what happens to messages already waiting, leased or dead.")
+    policy.add_argument("queue", metavar="QUEUE")
+    policy.add_argument("--max-deliveries", type=int_at_least(0), metavar="N",
+                        help="deliveries before a message is dead-lettered (0: unlimited)")
+    policy.add_argument("--message-ttl-ms", type=int_at_least(0), metavar="MS",
+                        help="TTL of messages pushed from now on (0: none)")
+    policy.add_argument("--retention-ms", type=int_at_least(0), metavar="MS",
+                        help="how long ended messages stay queryable (0: not kept)")
+    policy.add_argument("--dead-letter-retention-ms", type=int_at_least(1), metavar="MS",
+                        help="how long dead letters are kept")
 
     _command(subparsers, "discover", commands.discover,
              "register every queue found under the prefix (a SCAN) for unack processing",

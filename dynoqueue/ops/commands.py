@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..connect.urls import redact_url
 from ..metrics.stats import QueueStats, read_stats
-from ..model.states import MessageInfo
+from ..model.states import MessageInfo, QueuePolicy
 from . import render
 from .session import (
     EXIT_NOT_FOUND,
@@ -255,6 +256,36 @@ def _when(ms: int | None) -> str:
     if ms is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+#: QueuePolicy fields the ``policy`` command changes (option name = field name).
+POLICY_FIELDS = ("max_deliveries", "message_ttl_ms", "retention_ms", "dead_letter_retention_ms")
+
+
+def policy(args: argparse.Namespace) -> int:
+    """``policy QUEUE [--max-deliveries N ...]``: show the stored policy, or change the given
+    fields of it atomically (the others keep their stored values)."""
+    changes = {f: getattr(args, f) for f in POLICY_FIELDS if getattr(args, f) is not None}
+    with opened(args) as queues:
+        q = queues.get(args.queue)
+        before = q.stored_policy()
+        after = before
+        if changes:
+            try:
+                wanted = dataclasses.replace(before or QueuePolicy(), **changes)
+            except ValueError as exc:  # ConfigurationError: a value out of range
+                raise OpsError(str(exc)) from None
+            q.set_policy(wanted)
+            after = q.stored_policy()
+
+    def fields(p: QueuePolicy | None) -> dict[str, Any] | None:
+        return None if p is None else dataclasses.asdict(p)
+
+    doc = {"queue": args.queue, "before": fields(before), "policy": fields(after)}
+    shown = "none stored (no limits: dyno-queues' behaviour)" if after is None else ", ".join(
+        f"{k}={v}" for k, v in dataclasses.asdict(after).items())
+    _done(args, doc, f"{args.queue}: {'changed to ' if changes else ''}{shown}")
+    return EXIT_OK
 
 
 def _done(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:

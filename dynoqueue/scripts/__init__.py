@@ -32,6 +32,7 @@ WRITE_SCRIPTS = (
     "redrive",
     "purge_dead",
     "policy",
+    "set_policy",
     "bury",
     "postpone",
     "heartbeat",
