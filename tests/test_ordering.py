@@ -638,3 +638,18 @@ def test_line_counts_stay_exact_through_every_change(make, clock, raw) -> None:
         q.ack_many(q.pop(10))
         check()
     assert raw.exists(q.keys.group_waiting) == 0
+
+
+def test_a_member_rescheduled_before_a_leased_current_one_comes_next(make, clock) -> None:
+    """Found by the state machine: 'a' (pushed first) is rescheduled behind 'm2', 'm2' is
+    leased, then 'a' is rescheduled to now: it sorts before the leased current one's stale
+    mark in the line, and cutting the stale members took it too (the script failed)."""
+    q = make()
+    q.push([Message("a", "a", group="x"), Message("m2", "m2", group="x")])
+    assert q.set_timeout("a", 1)
+    assert ids(q.pop(1)) == ["m2"]
+    assert q.set_timeout("a", 0)
+    assert q.group_info("x")["waiting"] == 1 and q.pop(1) == []  # m2 still holds the group
+    assert q.ack("m2")
+    clock.advance(1)
+    assert ids(q.pop(5)) == ["a"]

@@ -663,6 +663,10 @@ local function group_insert(k, id, g, s, due, pr, seq)
     wait_in(k, s, id, due, pr)
     return s
   end
+  -- One that sorts before the current one (due earlier, or as early and pushed first: it was
+  -- rescheduled while the current one is leased) would sort before the stale mark, and a cut
+  -- of the members up to the mark would take it: cut them first.
+  if bytes_less(key, cur.key) then cut_stale() end
   local member = line_member(mine, id)
   count_waiting(k, s, redis.call('ZADD', line, due, member))
   -- Link it in: the message before it names it as successor, and it names the one after it.
