@@ -25,10 +25,11 @@ from .peers import ADAPTERS, ASYNCIO, PEERS, NotSupported, load
 _NUMERIC = ("rate", "commands_per_msg", "round_trips_per_msg", "memory_per_msg", "p50", "p99",
             "max", "min", "idle_commands_per_s", "idle_reads_per_s", "delivered",
             "due_offset_ms", "client_cpu_ms", "server_cpu_ms", "pulls_per_msg",
-            "claim_gap_avg_ms", "claim_gap_max_ms", "ratio", "a_rate", "b_rate")
+            "claim_gap_avg_ms", "claim_gap_max_ms", "ratio", "a_rate", "b_rate",
+            "redelivered", "lost", "claim_p50", "claim_p99", "claim_max")
 #: The sections of a run: the six workloads and asyncio rows ("core"), the Worker (issue 13),
 #: ``dynoqueue serve`` over HTTP (issue 14), ordering (issue 15) and the message lifecycle's
-#: costs against the pre-lifecycle code (issue 10).
+#: costs against the pre-lifecycle code (issue 10), with the redelivery after a lease ends.
 SECTIONS = ["core", "worker", "serve", "ordering", "lifecycle"]
 #: Handlers at once of the Worker rows: the sync Worker, the asyncio Worker.
 WORKER_CONCURRENCY = {"dynoqueue": 1, "dynoqueue.asyncio": 16}
@@ -84,6 +85,10 @@ class Options:
     ordering_groups: int = 10_000
     lifecycle_messages: int = 50_000
     lifecycle_rounds: int = 5
+    #: Redelivery after a lease ends (benchmarks.redelivery, in the lifecycle section): leases
+    #: that end per run, and their lease.
+    redelivery_leases: int = 300
+    redelivery_lease_ms: int = 200
     profile: bool = False
     quick: bool = False
 
@@ -99,7 +104,8 @@ class Options:
                    bench_requests=20_000, worker_consume=3_000, serve_msgs=200,
                    serve_poll_msgs=50, serve_poll_spread_s=1.0,
                    ordering_depths=[1_000, 20_000], ordering_probe=2_000,
-                   lifecycle_messages=5_000, lifecycle_rounds=1, paired_pairs=4,
+                   lifecycle_messages=5_000, lifecycle_rounds=1, redelivery_leases=100,
+                   paired_pairs=4,
                    paired_single=50, paired_bulk=1_000, quick=True)
 
 
@@ -287,8 +293,10 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
     Worker (concurrency 16) take ``worker_consume`` messages each, then each Worker's lateness
     with sparse due times. The peers' own workers are their consumers of table 2 and 3; when
     the core section does not run, the Worker section measures them itself (same buckets).
+    Lifecycle: issue 10's A/B rounds (benchmarks.lifecycle_ab), then the redelivery after a
+    lease ends with a consumer waiting (benchmarks.redelivery) once per run.
     """
-    from . import lifecycle_ab, ordering, serving, workloads
+    from . import lifecycle_ab, ordering, redelivery, serving, workloads
 
     if "dynoqueue" not in opts.libraries:
         return
@@ -362,6 +370,16 @@ def _plan_sections(opts: Options, server: Any, raw: dict[str, Any], steps: list[
         steps.append(Step(f"lifecycle: pop+ack (default policy, max_deliveries + TTL), nack "
                           f"with a delay and the pre-lifecycle code, {opts.lifecycle_messages:,}"
                           f" messages x {opts.lifecycle_rounds} rounds", lifecycle))
+        redelivered = raw.setdefault("redelivery", [])
+
+        def redeliver() -> None:  # each run's failure is reported in table 11b
+            for _ in range(opts.runs):
+                _record(redelivered, lambda: redelivery.measure(
+                    server.url, opts.redelivery_leases, opts.redelivery_lease_ms))
+
+        steps.append(Step(f"lifecycle: redelivery after a lease ends, "
+                          f"{opts.redelivery_leases} leases of {opts.redelivery_lease_ms} ms, "
+                          f"a consumer waiting ({opts.runs} runs)", redeliver))
 
 
 def _plan_paired(opts: Options, server: Any, tag: str, add: Any) -> None:
@@ -418,7 +436,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"enqueue"|"consume"|"lateness": {row: {mode: summary}}, "limits": {...},
         "depth": {...}, "worker": {row: {mode: summary}}, "serve": {name: summary},
-        "ordering": {...}, "lifecycle": {...}}``.
+        "ordering": {...}, "lifecycle": {...}, "redelivery": summary}``.
     """
     from .limits import MIXES, mix_rate
 
@@ -460,6 +478,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             "ratios": {case: summary(v) for case, v in life["ratios"].items()},
             **{k: life[k] for k in ("reference", "n", "rounds", "load")},
         }
+    if raw.get("redelivery"):
+        out["redelivery"] = _summarise(raw["redelivery"])
     if "depth" in raw:
         depth = raw["depth"]
         out["depth"] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import lifecycle_ab, limits, ordering, serving, workloads
+from benchmarks import lifecycle_ab, limits, ordering, redelivery, serving, workloads
 from benchmarks.common import RoundTrips, items, percentiles
 from benchmarks.core_throughput import one_run
 from benchmarks.peers import PEERS, NotSupported, load
@@ -201,6 +201,10 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
     assert len(new_goals) == 4 + 1 + 4
     assert data["lifecycle"]["cases"]["limits"]["rate"]["median"] > 0
     assert sum(g["goal"].startswith("lifecycle:") for g in data["goals"]) == 3
+    # Redelivery after a lease ends (table 11b), with its goal.
+    assert "### 11b. Redelivery after a lease ends" in text
+    assert data["redelivery"]["lost"]["max"] == 0 and data["redelivery"]["n"] == 100
+    assert sum(g["goal"].startswith("redelivery after a lease ends") for g in data["goals"]) == 1
 
 
 def test_worker_rows_move_messages(bench_server: workloads.Server) -> None:
@@ -252,6 +256,19 @@ def test_lifecycle_rows_against_the_pre_lifecycle_code(bench_server: workloads.S
     assert "dynoqueue_pre" not in sys.modules
     assert bench_server.admin.dbsize() == 0
     assert "| pop(500)+ack_many, default policy |" in lifecycle_ab.table(out)
+
+
+def test_redelivery_after_a_lease_ends(bench_server: workloads.Server) -> None:
+    # Every leased message that its first consumer never acks comes back to the waiting
+    # consumer (once, as its 2nd delivery: measure raises otherwise), none is lost, and the
+    # run's keys are deleted after. The timing goal is the bench's (table 11b), not this test's.
+    out = redelivery.measure(bench_server.url, leases=30, lease_ms=200, wave=10)
+    assert (out["n"], out["redelivered"], out["lost"], out["waves"]) == (30, 30, 0, 3)
+    assert out["count"] == len(out["samples"]) == 30
+    assert -1 < out["min"] <= out["p50"] <= out["p99"] <= out["max"] < 2000  # ms; generous
+    assert 0 <= out["claim_p99"] < 2000
+    assert bench_server.admin.keys("bench.redelivery.*") == []
+    assert "| 30 | 30 |" in redelivery.table(out)
 
 
 def test_plan_of_the_new_sections_alone(bench_server: workloads.Server) -> None:
