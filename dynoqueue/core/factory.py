@@ -19,8 +19,9 @@ from ..model.keys import check_name, check_queue_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
+from .failures import guarded
 from .preflight import ServerCheck
-from .queue import QueueCore, guarded, no_events
+from .queue import QueueCore, no_events
 from .requests import QUORUM, READ, Budget, Command, Op
 from .zones import ZoneWatch
 

@@ -11,7 +11,6 @@ and key.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -19,10 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
     AskError,
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
     ClusterDownError,
-    NoPermissionError,
     NoScriptError,
     ReadOnlyError,
     RedisClusterException,
@@ -35,12 +31,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import scripts
 from ..errors import (
-    AccessDeniedError,
     CallTimeoutError,
     ConfigurationError,
-    DynomiteError,
-    DynomiteQuorumError,
-    DynomiteStorageError,
     InvalidArgumentError,
     InvalidMessageError,
     QueueClosedError,
@@ -54,6 +46,7 @@ from ..model.message import Message, as_text
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, decode_record
 from .deadline import DeadlinePassed
+from .failures import dynomite_error, guarded, timed_out
 from .preflight import ServerCheck
 from .requests import (
     QUORUM,
@@ -110,53 +103,10 @@ ADOPTED_REQUEUE_BATCHES = 4
 _MAX_ERROR_CHARS = 4096
 #: What a queue made without a factory checks of its server: nothing.
 _NO_SERVER_CHECK = ServerCheck("off")
-_ACCESS_DENIED = (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError)
 #: Pauses before repeating an idempotent call that Dynomite answered with its own error (no
 #: quorum, a rack's redis unreachable): ~2.5 s in all, a quick redis-server restart plus the
 #: second Dynomite waits before it reconnects to it.
 DYNOMITE_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
-#: Dynomite's own error replies (not a rack's redis'), alone or in redis-py's pipeline message
-#: ("... of pipeline caused error: <reply>"; redis.asyncio quotes it as a tuple: "('<reply>',)").
-_DYNOMITE_REPLY = re.compile(r"(?:^|caused error: [(\"']*)(Dynomite: Failed to achieve Quorum"
-                             r"|Storage: |Peer: )")
-
-
-def dynomite_error(exc: BaseException) -> type[DynomiteError] | None:
-    """The typed error for a Dynomite error reply (None for anything else)."""
-    found = _DYNOMITE_REPLY.search(str(exc)) if isinstance(exc, ResponseError) else None
-    if found is None:
-        return None
-    return DynomiteQuorumError if found.group(1).startswith("Dynomite") else DynomiteStorageError
-
-
-def guarded(operation: str, key: str, op: Op[Any]) -> Op[Any]:
-    """Run ``op``, turning redis-py errors into typed dynoqueue errors.
-
-    Raises:
-        AccessDeniedError: wrong password, unknown user, missing ACL permission.
-        CallTimeoutError: no reply within the call's deadline (``call_timeout_ms``).
-        DynomiteError: Dynomite's own error reply (no quorum, storage or peer unreachable).
-        RedisOperationError: any other Redis failure, naming ``operation`` and ``key``.
-    """
-    try:
-        return (yield from op)
-    except _ACCESS_DENIED as exc:
-        raise AccessDeniedError(operation, key, str(exc)) from exc
-    except (DeadlinePassed, RedisTimeoutError) as exc:
-        raise timed_out(operation, key, exc) from exc
-    except ResponseError as exc:
-        raise (dynomite_error(exc) or RedisOperationError)(operation, key, str(exc)) from exc
-    except (RedisError, RedisClusterException) as exc:
-        raise RedisOperationError(operation, key, str(exc)) from exc
-
-
-def timed_out(operation: str, key: str, exc: BaseException) -> CallTimeoutError:
-    """The CallTimeoutError of a call whose deadline passed (or whose socket timed out)."""
-    why = str(exc) or "the server did not answer"
-    return CallTimeoutError(operation, key, f"{why} within the call's deadline "
-                                            "(call_timeout_ms); a write's outcome is unknown")
-
-
 class QueueCore:
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 

@@ -27,7 +27,7 @@ from .. import scripts
 from ..model.keys import PrefixKeys
 from ..model.message import as_text
 from ..model.settings import QueueSettings
-from .queue import guarded
+from .failures import guarded
 from .requests import QUORUM, Command, Op
 
 log = logging.getLogger("dynoqueue.zones")
