@@ -763,8 +763,13 @@ def _section_goals(results: dict[str, Any], add: Any) -> None:
             plain = kinds["plain"]["median"]
             for kind, label in (("strict", "strict priority"), ("grouped", "groups")):
                 r = kinds[kind]["median"] / plain if plain else float("nan")
-                add(f"pop+ack with {label} at {int(depth):,} waiting within 30% of plain",
-                    f"{r:.2f}x", r >= 0.7 if not math.isnan(r) else None)
+                # Issue 15: six group layouts measured 0.5-0.68x of plain at 1M waiting and
+                # the cost is accepted, so groups at 1M have >= 0.5x; 1k keeps within 30%.
+                accepted = kind == "grouped" and int(depth) >= 1_000_000
+                share = 0.5 if accepted else 0.7
+                bar = ">= 0.5x of plain (accepted cost)" if accepted else "within 30% of plain"
+                goal = f"pop+ack with {label} at {int(depth):,} waiting {bar}"
+                add(goal, f"{r:.2f}x", r >= share if not math.isnan(r) else None)
 
 
 def goals_table(results: dict[str, Any]) -> Table:
