@@ -18,7 +18,9 @@ from typing import Any, Unpack
 from redis.cluster import RedisCluster
 
 from .connect import builders
+from .core.calls import outcome
 from .core.factory import QueuesBase
+from .core.listing import queue_names
 from .core.requests import Step
 from .io.sync import SyncDriver
 from .model.settings import QueueOptions
@@ -205,9 +207,6 @@ class RedisQueues(QueuesBase[DynoQueue]):
             AccessDeniedError: the ACL user may not SCAN.
             RedisOperationError: Redis failed.
         """
-        from .conductor.calls import outcome
-        from .conductor.listing import queue_names
-
         step = Step(queue_names(self, "discover_queues"))
         while step.pending:
             step.send(*outcome(step.request))

@@ -19,7 +19,9 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from ..connect import builders
+from ..core.calls import outcome_async
 from ..core.factory import QueuesBase
+from ..core.listing import queue_names
 from ..core.requests import Step
 from ..io.aio import AsyncDriver
 from ..model.states import QueuePolicy
@@ -113,9 +115,6 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     async def discover_queues(self) -> list[str]:
         """See :meth:`dynoqueue.RedisQueues.discover_queues`."""
-        from ..conductor.calls import outcome_async
-        from ..conductor.listing import queue_names
-
         step = Step(queue_names(self, "discover_queues"))
         while step.pending:
             step.send(*(await outcome_async(step.request)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..core.calls import Call, DaoOp
+from ..core.listing import queue_names
 from ..errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -21,8 +23,6 @@ from ..errors import (
 )
 from ..model.message import Message
 from ..model.validate import int_at_least, message_id
-from .calls import Call, DaoOp
-from .listing import queue_names
 
 #: How often postpone tries again when the id appears or vanishes between its two atomic steps.
 POSTPONE_ATTEMPTS = 5

@@ -10,11 +10,11 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from ..asyncio import RedisQueues as AsyncRedisQueues
+from ..core.calls import DaoOp, outcome, outcome_async
 from ..core.requests import Step
 from ..errors import ConfigurationError
 from ..model.message import Message
 from ..queues import RedisQueues
-from .calls import DaoOp, outcome, outcome_async
 from .core import DaoCore
 from .protocol import QueueDAO
 

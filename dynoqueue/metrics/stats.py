@@ -1,7 +1,7 @@
 """What a queue holds right now, per shard, read from Redis in a bounded number of round trips.
 
 One read of any number of queues costs: the SCAN pages that list the queues (only when no names
-are given; :func:`dynoqueue.conductor.listing.queue_names`), one ``TIME``, and one pipeline of
+are given; :func:`dynoqueue.core.listing.queue_names`), one ``TIME``, and one pipeline of
 read-only commands (13 per queue and shard, 1 more per queue). On Redis Cluster redis-py sends
 that pipeline to each primary once. Nothing is written and no script runs.
 
@@ -24,8 +24,8 @@ from redis.exceptions import (
     RedisError,
 )
 
-from ..conductor.calls import Call, outcome, outcome_async
-from ..conductor.listing import queue_names
+from ..core.calls import Call, outcome, outcome_async
+from ..core.listing import queue_names
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from .names import WAITING_BUCKETS
@@ -204,7 +204,7 @@ async def _drive_async(op: Generator[Call, Any, Any]) -> Any:
 
 async def list_queues_async(queues: Any) -> list[str]:
     """Every queue under the prefix of an asyncio factory (a SCAN; see
-    :func:`dynoqueue.conductor.listing.queue_names`), sorted.
+    :func:`dynoqueue.core.listing.queue_names`), sorted.
 
     Raises:
         AccessDeniedError, RedisOperationError: as :func:`read_stats`.

@@ -1,8 +1,13 @@
-"""The one request a DAO operation makes, a :class:`Call`, and how each API makes it.
+"""The one request of a call-driven operation, a :class:`Call`, and how each API makes it.
 
-An operation (:mod:`dynoqueue.conductor.core`) yields calls and receives their results; the
-error a call raises is thrown into the operation at its ``yield``, which may turn it into a
-typed error. :func:`outcome` makes a call (sync API), :func:`outcome_async` awaits it.
+Besides the queue's operations, which yield the requests of :mod:`dynoqueue.core.requests`
+and are run by the drivers, a few operations are driven call by call: the Conductor DAO's
+(:mod:`dynoqueue.conductor.core`, whose calls are methods of a queue), the queue listing
+(:mod:`dynoqueue.core.listing`: a SCAN on each Cluster primary, which the requests cannot
+route) and the metrics' read (:mod:`dynoqueue.metrics.stats`). Such an operation yields calls
+and receives their results; the error a call raises is thrown into the operation at its
+``yield``, which may turn it into a typed error. :func:`outcome` makes a call (sync API),
+:func:`outcome_async` awaits it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ class Call:
         self.kwargs = kwargs
 
 
-#: A DAO operation: yields calls, receives their results, returns the DAO's result.
+#: A call-driven operation: yields calls, receives their results, returns its result.
 DaoOp = Generator[Call, Any, T]
 
 

@@ -6,6 +6,12 @@ dead set ``P.DEAD.Q``: a SCAN for those names finds every queue, including one w
 are all leased (its waiting sets are then gone) or dead. On a
 Cluster the SCAN runs on every primary. The queues the factory opened are listed too, empty
 or not, as Conductor's DAO listed them.
+
+A call-driven operation (:mod:`dynoqueue.core.calls`), not one of the drivers' requests
+(:mod:`dynoqueue.core.requests`): it SCANs each Cluster primary in turn (``target_nodes``), and
+initialises an asyncio Cluster client first, which no request can express; the metrics' read
+counts its SCAN pages. Used by both factories' ``discover_queues``, the Conductor DAO and the
+metrics.
 """
 
 from __future__ import annotations
