@@ -78,7 +78,7 @@ def _add_spark_demo(commands: Any) -> None:
 
 
 def _add_worker(commands: Any) -> None:
-    from .worker.cli import add_parser
+    from .ops.worker_cli import add_parser
 
     add_parser(commands)
 

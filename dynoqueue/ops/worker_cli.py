@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 def _consume(url: str, name: str, handler: Callable[..., Any], factory: dict[str, Any],
              settings: dict[str, Any]) -> None:
     from .. import RedisQueues
-    from .threads import Worker
+    from ..worker.threads import Worker
 
     with RedisQueues.from_url(url, **factory) as queues:
         queues.ping()  # the builders connect lazily: fail now on a bad URL or password
@@ -125,7 +125,7 @@ def _consume(url: str, name: str, handler: Callable[..., Any], factory: dict[str
 async def _consume_async(url: str, name: str, handler: Callable[..., Any],
                          factory: dict[str, Any], settings: dict[str, Any]) -> None:
     from ..asyncio import RedisQueues
-    from .tasks import Worker
+    from ..worker.tasks import Worker
 
     async with RedisQueues.from_url(url, **factory) as queues:
         await queues.ping()
