@@ -25,8 +25,8 @@ below them):
 5 facade    queue.py, queues.py, asyncio/queue.py, asyncio/queues.py
 6 worker    worker/ (driven by any queue object; the front doors re-export Worker)
 7 api       dynoqueue/__init__.py, dynoqueue/asyncio/__init__.py (the public names)
-8 product   metrics/, conductor/, server/, ops/, cli.py, __main__.py, embedded/, demo/,
-            spark/: each on the public API; sideways edges between them are listed and
+8 product   metrics/, conductor/, server/, ops/, cli.py, __main__.py, embedded/, flights/,
+            demo/, spark/: each on the public API; sideways edges between them are listed and
             must be allowlisted.
 
 An edge goes to the module named: ``from . import x`` is an edge to ``pkg.x`` when that is a
@@ -73,6 +73,7 @@ LAYER_OF = {
     "dynoqueue.cli": "product",
     "dynoqueue.__main__": "product",
     "dynoqueue.embedded": "product",
+    "dynoqueue.flights": "product",
     "dynoqueue.demo": "product",
     "dynoqueue.spark": "product",
 }
@@ -96,6 +97,8 @@ ALLOWED_SIDEWAYS: dict[tuple[str, str], str] = {
     ("server", "metrics"): "the server serves the metrics' reads and Prometheus endpoint",
     ("demo", "embedded"): "the demo starts its own zone ring of redis-servers",
     ("spark", "embedded"): "the Spark demo starts its own redis-server",
+    ("demo", "flights"): "dynoqueue demo replays the 2013 NYC flights and prints with them",
+    ("spark", "flights"): "the Spark demo reads the same flights and prints the same way",
 }
 
 #: Cycles allowed: frozenset of the modules in the cycle -> why.

@@ -19,18 +19,19 @@ LGA are ``us-east-1a``, ``us-east-1b`` and ``us-east-1c``):
   delivered before it was due, every shard empty at the end, and the crashed consumer's
   messages delivered again.
 
-The package has one module per concept: :mod:`~dynoqueue.demo.flights` (the data, the
-reminders, time compression), :mod:`~dynoqueue.demo.run` (options and the run) and
-:mod:`~dynoqueue.demo.report` (the measured report and its printers, which the Spark demo
-shares). Use :func:`load_reminders` and :func:`run_demo` from Python; the ``dynoqueue demo``
+The package has one module per concept: :mod:`~dynoqueue.demo.run` (options and the run) and
+:mod:`~dynoqueue.demo.report` (the measured report); the data (the flights, the reminders,
+time compression) and the shared printers are :mod:`dynoqueue.flights`, which the Spark demo
+uses too. Use :func:`load_reminders` and :func:`run_demo` from Python; the ``dynoqueue demo``
 command (:mod:`dynoqueue.cli`) wraps them and prints :func:`render_report`.
 """
 
-from .flights import (
+from ..flights.data import (
     AIRPORT_ZONES,
     DATA_YEAR,
     DEFAULT_DAY,
     INSTALL_HINT,
+    QUEUE_NAME,
     REMINDER_LEAD,
     ZONES,
     DemoDataMissingError,
@@ -44,19 +45,9 @@ from .flights import (
     parse_day,
     schedule_offsets_ms,
 )
-from .report import (
-    ApiCall,
-    CrashInfo,
-    DemoReport,
-    Invariant,
-    Lateness,
-    ZoneStats,
-    mark_nonzero,
-    print_header,
-    print_invariants,
-    render_report,
-)
-from .run import DEFAULT_DURATION_S, QUEUE_NAME, DemoOptions, run_demo
+from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
+from .report import ApiCall, CrashInfo, DemoReport, Lateness, ZoneStats, render_report
+from .run import DEFAULT_DURATION_S, DemoOptions, run_demo
 
 __all__ = [
     "AIRPORT_ZONES",

@@ -5,7 +5,8 @@ zone's Workers pop only their own zone's shard, so the row is also that shard, a
 of it counts the same reminders. A second table says what the Workers' handler did with them
 (sent, postponed, retried, dead-lettered). The producers (one per airport) are a header line,
 not rows. Every line fits 100 columns without breaking a value. The printers :func:`print_header`,
-:func:`print_invariants` and :func:`mark_nonzero` are shared with the Spark demo.
+:func:`print_invariants` and :func:`mark_nonzero` are shared with the Spark demo
+(:mod:`dynoqueue.flights.printing`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal
 
-from .flights import AIRPORT_ZONES
+from ..flights.data import AIRPORT_ZONES
+from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
 
 #: The file whose code makes the calls the report's "what the demo did" section names.
 SOURCE_FILE = "dynoqueue/demo/run.py"
@@ -100,21 +102,6 @@ class ZoneStats:
     def left(self) -> int:
         """Messages left in the shard at the end (waiting + leased); -1 if unknown."""
         return -1 if self.waiting < 0 or self.leased < 0 else self.waiting + self.leased
-
-
-@dataclass
-class Invariant:
-    """One checked property of a run.
-
-    Attributes:
-        name: short description, e.g. ``"lost == 0"``.
-        ok: whether it held.
-        detail: the measured value(s).
-    """
-
-    name: str
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -403,30 +390,3 @@ def _print_calls(out: Any, report: DemoReport) -> None:
 
 def _ms(value: int | None) -> str:
     return "-" if value is None else str(value)
-
-
-def mark_nonzero(value: int) -> str:
-    """``value`` as rich markup, red unless 0 (for lost/early counts that must be 0)."""
-    return str(value) if value == 0 else f"[red]{value}[/]"
-
-
-def print_header(out: Any, rows: list[tuple[str, str]]) -> None:
-    """Print a report's ``name  value`` header lines (names dim) on a rich Console.
-
-    A value too long for the line wraps between words, never inside one.
-    """
-    from rich.table import Table
-
-    header = Table.grid(padding=(0, 2))
-    header.add_column(style="dim", no_wrap=True)
-    header.add_column()
-    for name, value in rows:
-        header.add_row(name, value)
-    out.print(header)
-
-
-def print_invariants(out: Any, invariants: list[Invariant]) -> None:
-    """Print each checked property as ``ok``/``FAIL`` with its measured detail."""
-    for inv in invariants:
-        mark = "[green]ok[/]  " if inv.ok else "[red]FAIL[/]"
-        out.print(f"  {mark} {inv.name}: {inv.detail}")

@@ -46,12 +46,10 @@ from .. import (
     Worker,
 )
 from ..errors import DynoQueueError, InvalidArgumentError, QuorumNotReachedError
-from ..model.clock import system_clock_ms
-from ..model.keys import PrefixKeys
-from ..worker import WorkerHooks
-from .flights import (
+from ..flights.data import (
     AIRPORT_ZONES,
     DEFAULT_DAY,
+    QUEUE_NAME,
     ZONES,
     Reminder,
     compression_for,
@@ -59,12 +57,14 @@ from .flights import (
     parse_day,
     schedule_offsets_ms,
 )
-from .report import ApiCall, CrashInfo, DemoReport, Invariant, Lateness, ZoneStats
+from ..flights.printing import Invariant
+from ..model.clock import system_clock_ms
+from ..model.keys import PrefixKeys
+from ..worker import WorkerHooks
+from .report import ApiCall, CrashInfo, DemoReport, Lateness, ZoneStats
 
 log = logging.getLogger("dynoqueue.demo")
 
-#: The queue every zone pushes to and pops from.
-QUEUE_NAME = "boarding-reminders"
 #: The default wall time, in seconds, over which one day's reminders fall due.
 DEFAULT_DURATION_S = 20.0
 

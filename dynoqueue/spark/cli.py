@@ -19,7 +19,7 @@ _INSTALL_HINT = "pip install 'dynoqueue[spark]'"
 
 
 def _month(text: str) -> tuple[datetime, datetime]:
-    from ..demo.flights import DATA_YEAR
+    from ..flights.data import DATA_YEAR
     from .demo import month_period
 
     try:
@@ -32,8 +32,8 @@ def _month(text: str) -> tuple[datetime, datetime]:
 
 
 def _day(text: str) -> tuple[datetime, datetime]:
-    from ..demo.flights import parse_day
     from ..errors import InvalidArgumentError
+    from ..flights.data import parse_day
 
     try:
         day = parse_day(text)

@@ -31,10 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..demo.flights import DATA_YEAR, REMINDER_LEAD, ZONES, extract_flights_csv
-from ..demo.report import Invariant, mark_nonzero, print_header, print_invariants
-from ..demo.run import QUEUE_NAME
 from ..errors import InvalidArgumentError
+from ..flights.data import DATA_YEAR, QUEUE_NAME, REMINDER_LEAD, ZONES, extract_flights_csv
+from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
 from ..model.clock import system_clock_ms
 from ..queue import DynoQueue
 from .options import SourceOptions, connected

