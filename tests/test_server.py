@@ -80,7 +80,9 @@ def _form(fields: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def server(redis_server: RedisServer) -> Iterator[Served]:
-    served = Served(redis_server.url, "--index-sweep-ms", "200", "--unack-interval-ms", "100")
+    # 500 held long polls from one address: over the default cap of 16 per client.
+    served = Served(redis_server.url, "--index-sweep-ms", "200", "--unack-interval-ms", "100",
+                    "--max-long-polls-per-client", "600")
     yield served
     served.close()
 
@@ -189,10 +191,9 @@ def test_bad_input_gets_400_in_camellia_shape_and_writes_nothing(
     reply = server.http.post(f"{CAMELLIA}/ackMsg", content=_form(
         {"topic": t, "msgId": "x", "ack": "maybe"}), headers=FORM)
     assert reply.status_code == 400
-    # Nothing was written: no message, no lifecycle data. (The queue's stored policy may be:
-    # the server's own unack pass stores it for every queue it serves, at its first call.)
-    written = redis_server.client().keys(f"*{t}*")
-    assert [k for k in written if b".POLICY." not in k] == []
+    # Nothing was written: every field is checked before the topic is even served (which
+    # stores its policy).
+    assert redis_server.client().keys(f"*{t}*") == []
     assert server.http.get("/no/such/route").status_code == 404
 
 
@@ -349,12 +350,19 @@ def test_token_and_bind_rules(redis_server: RedisServer) -> None:
     try:
         anonymous = httpx.get(f"{served.base}/camellia/delayQueue/getTopicInfoList")
         assert anonymous.status_code == 401 and anonymous.json()["code"] == 401
-        wrong = httpx.get(f"{served.base}/healthz", headers={"Authorization": "Bearer nope"})
+        assert anonymous.headers["WWW-Authenticate"] == "Bearer"
+        wrong = httpx.get(f"{served.base}/metrics", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         youzan = httpx.post(f"{served.base}/youzan/delayQueue", json={"command": "pop",
                                                                       "topic": "t"})
         assert youzan.status_code == 401 and youzan.json()["success"] is False
-        assert served.http.get("/healthz").status_code == 200  # with the token
+        assert httpx.get(f"{served.base}/openapi.json").status_code == 401
+        # Liveness probes send no token: /healthz is open (GET only), as is the page.
+        health = httpx.get(f"{served.base}/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert httpx.post(f"{served.base}/healthz").status_code == 401
+        assert httpx.get(f"{served.base}/").status_code == 200
+        assert served.http.get("/metrics").status_code == 200  # with the token
     finally:
         served.close()
     refused = subprocess.run([sys.executable, "-m", "dynoqueue", "serve", "--url",
@@ -366,3 +374,175 @@ def test_token_and_bind_rules(redis_server: RedisServer) -> None:
     assert refused.stderr.strip() == ("dynoqueue serve: refusing to bind 0.0.0.0 without a "
                                       "token: pass --token or set $DYNOQUEUE_SERVE_TOKEN (or "
                                       "bind 127.0.0.1)")
+
+
+def test_ack_or_nack_of_a_message_not_leased_is_camellias_404(server: Served) -> None:
+    t = topic()
+    not_found = {"code": 404, "msg": "msg not exists"}
+    assert server.camellia("ackMsg", topic=t, msgId="never") == not_found
+    assert server.camellia("ackMsg", topic=t, msgId="never", ack=False) == not_found
+    server.camellia("sendMsg", topic=t, msgId="m", msg="x", delayMillis=0)
+    assert server.camellia("ackMsg", topic=t, msgId="m") == not_found  # ready, not leased
+    assert server.camellia("pullMsg", topic=t)["delayMsgList"]
+    assert server.camellia("ackMsg", topic=t, msgId="m") == {"code": 200, "msg": "success"}
+    assert server.camellia("ackMsg", topic=t, msgId="m") == not_found  # acked already
+    assert server.camellia("getMsg", topic=t, msgId="m")["delayMsg"]["status"] == 4
+    monitor = server.http.get(f"{CAMELLIA}/getMonitorData").json()["data"]
+    (stats,) = [s for s in monitor["requestStatsList"] if s["topic"] == t]
+    assert stats["ackMsg"] == 5  # a request counts whatever it found
+
+
+def test_strict_fields_are_refused_before_anything_is_written(
+        server: Served, redis_server: RedisServer) -> None:
+    t = topic()
+    cases = [
+        ({"topic": t, "msg": "x", "delayMillis": -5}, "delayMillis must be in 0..3153600000000"),
+        ({"topic": t, "msg": "x", "delayMillis": 3_153_600_000_001}, "delayMillis must be in"),
+        ({"topic": t, "msg": "x", "delayMillis": 0, "ttlMillis": ""},
+         "ttlMillis must be an integer"),
+        ({"topic": t, "msg": "x", "delayMillis": "1" + "0" * 5000}, "delayMillis must be in"),
+        ({"topic": t, "msg": "x", "delayMillis": " 5"}, "delayMillis must be an integer"),
+        ({"topic": t, "msg": "x", "delayMillis": 0, "maxRetry": 2**31 - 1}, "maxRetry must be"),
+        ({"topic": f"orders.DEAD.{t}", "msg": "x", "delayMillis": 0}, "'DEAD' between dots"),
+    ]
+    for fields, text in cases:
+        reply = server.http.post(f"{CAMELLIA}/sendMsg", content=_form(fields), headers=FORM)
+        assert reply.status_code == 400, (fields, reply.text)
+        assert reply.json()["code"] == 400 and text in reply.json()["msg"], reply.text
+    # A field given twice: which value is meant? (A repeated field no route reads is ignored.)
+    twice = f"topic={t}&msg=x&delayMillis=0&delayMillis=5000"
+    reply = server.http.post(f"{CAMELLIA}/sendMsg", content=twice, headers=FORM)
+    assert reply.status_code == 400 and "delayMillis is given more than once" in reply.text
+    for flag in ("1", "yes", "", "TRUE"):
+        reply = server.http.post(f"{CAMELLIA}/ackMsg", headers=FORM, content=_form(
+            {"topic": t, "msgId": "m", "ack": flag}))
+        assert reply.status_code == 400 and "ack must be true or false" in reply.text, flag
+    assert redis_server.client().keys(f"*{t}*") == []
+    # Optional numbers <= 0 (maxRetry: < 0) are the defaults, as Camellia's SDKs send them.
+    sent = server.camellia("sendMsg", topic=t, msgId="d", msg="x", delayMillis="+0",
+                           ttlMillis=-1, maxRetry=-1)["delayMsg"]
+    assert sent["maxRetry"] == 10 and sent["expireTime"] == sent["triggerTime"] + 3_600_000
+    extra = f"topic={t}&msgId=e&msg=x&delayMillis=0&other=1&other=2"
+    reply = server.http.post(f"{CAMELLIA}/sendMsg", content=extra, headers=FORM)
+    assert reply.status_code == 200 and reply.json()["code"] == 200
+
+
+def test_youzan_seconds_take_integral_json_numbers(server: Served) -> None:
+    t = topic()
+    job = f"job-{uuid.uuid4().hex[:6]}"
+    reply = server.youzan(command="add", topic=t, id=job, delay=0.0, TTR=5.0, body="x")
+    assert reply.status_code == 200 and reply.json()["success"] is True
+    for bad, text in [({"delay": 1.5}, "delay must be an integer"),
+                      ({"delay": -1}, "delay must be in 0..3153600000"),
+                      ({"TTR": 0}, "TTR must be in 1..3153600000"),
+                      ({"TTR": True}, "TTR must be an integer"),
+                      ({"delay": 1e300}, "delay must be in"),
+                      ({"topic": "a b"}, "topic"), ({"body": 5}, "body must be a string")]:
+        command = {"command": "add", "topic": t, "id": f"other-{job}", **bad}
+        reply = server.http.post("/youzan/delayQueue", json=command)
+        assert reply.status_code == 400, (bad, reply.text)
+        assert text in reply.json()["error"], reply.text
+    for bad in [{"command": {}}, {"command": None}, {"command": ["pop"]}]:
+        reply = server.http.post("/youzan/delayQueue", json=bad)
+        assert reply.status_code == 400 and "command must be one of" in reply.json()["error"]
+    popped = server.youzan(command="pop", topic=t, timeout=1.0).json()
+    assert popped == {"success": True, "error": "", "id": job, "value": "x"}
+
+
+@pytest.fixture(scope="module")
+def capped(redis_server: RedisServer) -> Iterator[Served]:
+    served = Served(redis_server.url, "--max-body-bytes", "2000",
+                    "--max-long-polls-per-client", "2", "--max-long-poll-ms", "1500")
+    yield served
+    served.close()
+
+
+def test_a_body_over_max_body_bytes_gets_413_and_writes_nothing(
+        capped: Served, redis_server: RedisServer) -> None:
+    t = topic()
+    head = f"topic={t}&msgId=m&delayMillis=0&msg="
+    exact = head + "x" * (2000 - len(head))
+    over = exact + "x"
+    reply = capped.http.post(f"{CAMELLIA}/sendMsg", content=over, headers=FORM)
+    assert reply.status_code == 413
+    assert reply.json() == {"code": 413, "msg": "the body is over 2000 bytes"}
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused while it is read
+        for i in range(0, len(over), 100):
+            yield over[i:i + 100].encode()
+
+    reply = capped.http.post(f"{CAMELLIA}/sendMsg", content=chunks(), headers=FORM)
+    assert reply.status_code == 413 and "transfer-encoding" in reply.request.headers
+    youzan = capped.http.post("/youzan/delayQueue", json={
+        "command": "add", "topic": t, "id": "j", "body": "x" * 2000})
+    assert youzan.status_code == 413 and youzan.json()["success"] is False
+    assert redis_server.client().keys(f"*{t}*") == []
+    reply = capped.http.post(f"{CAMELLIA}/sendMsg", content=exact, headers=FORM)
+    assert reply.status_code == 200 and reply.json()["delayMsg"]["msg"] == "x" * (
+        2000 - len(head))
+
+
+def test_long_polls_per_client_and_their_longest_hold(capped: Served) -> None:
+    t = topic()
+    poll = {"topic": t, "longPollingTimeoutMillis": 1500}
+
+    async def main() -> None:
+        # Another loopback address is another client (request.client.host).
+        other_address = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(base_url=capped.base, timeout=30) as client, \
+                httpx.AsyncClient(base_url=capped.base, timeout=30,
+                                  transport=other_address) as elsewhere:
+            held = [asyncio.ensure_future(client.post(
+                f"{CAMELLIA}/longPollingMsg", headers=FORM, content=_form(poll)))
+                for _ in range(2)]
+            await asyncio.sleep(0.4)  # both are held
+            third = await client.post(f"{CAMELLIA}/longPollingMsg", headers=FORM,
+                                      content=_form(poll))
+            assert third.status_code == 429, third.text
+            assert third.json()["code"] == 429 and "at most 2 at once" in third.json()["msg"]
+            assert 1 <= int(third.headers["Retry-After"]) <= 2
+            pop = await client.post("/youzan/delayQueue", json={"command": "pop", "topic": t,
+                                                                "timeout": 1})
+            assert pop.status_code == 429 and pop.json()["success"] is False
+            assert "Retry-After" in pop.headers
+            now = await client.post("/youzan/delayQueue", json={"command": "pop", "topic": t})
+            assert now.status_code == 200  # no timeout: not a long poll
+            other = await elsewhere.post(f"{CAMELLIA}/longPollingMsg", headers=FORM,
+                                         content=_form(poll))
+            assert other.status_code == 200  # another address has slots of its own
+            assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
+            again = await client.post(f"{CAMELLIA}/longPollingMsg", headers=FORM,
+                                      content=_form(poll))
+            assert again.status_code == 200  # the slots were given back
+
+    asyncio.run(main())
+    too_long = capped.http.post(f"{CAMELLIA}/longPollingMsg", headers=FORM, content=_form(
+        {"topic": t, "longPollingTimeoutMillis": 1501}))
+    assert too_long.status_code == 400
+    assert "longPollingTimeoutMillis must be <= 1500" in too_long.json()["msg"]
+    pop = capped.youzan(command="pop", topic=t, timeout=2)
+    assert pop.status_code == 400 and "timeout must be in 0..1" in pop.json()["error"]
+    # No hold given: Camellia's default 10 s, capped at the longest hold.
+    started = time.monotonic()
+    reply = capped.camellia("longPollingMsg", topic=t)
+    assert reply["delayMsgList"] == [] and 1.4 < time.monotonic() - started < 5
+
+
+def test_serve_refuses_bad_limits(redis_server: RedisServer) -> None:
+    from dynoqueue.ops.serve import DEFAULT_MAX_BODY_BYTES
+    from dynoqueue.server import ServerSettings
+
+    assert ServerSettings().max_body_bytes == DEFAULT_MAX_BODY_BYTES == 4 * 1024 * 1024
+    with pytest.raises(ValueError, match="max_long_poll_ms must be an int >= 1"):
+        ServerSettings(max_long_poll_ms=0)
+    for option in ("--max-body-bytes", "--max-long-polls-per-client", "--max-long-poll-ms"):
+        refused = subprocess.run([sys.executable, "-m", "dynoqueue", "serve", "--url",
+                                  redis_server.url, option, "0"],
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert refused.returncode == 2 and f"{option}: must be an integer >= 1" in refused.stderr
+    refused = subprocess.run([sys.executable, "-m", "dynoqueue", "serve", "--url",
+                              redis_server.url, "--max-long-poll-ms", str(10**15)],
+                             env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2 and "max_long_poll_ms must be" in refused.stderr

@@ -1,8 +1,10 @@
 """``dynoqueue serve``: run the HTTP API (:mod:`dynoqueue.server`) on uvicorn.
 
-Binds 127.0.0.1 by default. ``--token`` (or ``$DYNOQUEUE_SERVE_TOKEN``) makes every route
-require ``Authorization: Bearer <token>``; a bind to an address other than loopback is refused
-without one.
+Binds 127.0.0.1 by default. ``--token`` (or ``$DYNOQUEUE_SERVE_TOKEN``) makes every route but
+``GET /`` (the dashboard page) and ``GET /healthz`` require ``Authorization: Bearer <token>``;
+a bind to an address other than loopback is refused without one. What one client may hold is
+capped: ``--max-body-bytes`` (413 beyond), ``--max-long-polls-per-client`` (429 with
+Retry-After beyond), ``--max-long-poll-ms`` (400 for a longer hold).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ import os
 import sys
 
 from ..cli_args import int_at_least
+from ..errors import ConfigurationError
 from .session import EXIT_ERROR, EXIT_OK, add_connection_options, zones_of
 
 TOKEN_ENV = "DYNOQUEUE_SERVE_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+#: --max-body-bytes' default, 4 MiB: ServerSettings.max_body_bytes' (here too, so that the
+#: parser is built without the server extra).
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -41,7 +47,8 @@ def add_parser(subparsers: object) -> None:
                        help="address to bind (default 127.0.0.1; others need a token)")
     serve.add_argument("--port", type=int_at_least(0), default=8080, help="default 8080")
     serve.add_argument("--token", default=None,
-                       help=f"bearer token every route requires (default ${TOKEN_ENV})")
+                       help=f"bearer token every route but GET / and GET /healthz requires "
+                            f"(default ${TOKEN_ENV})")
     serve.add_argument("--retention-ms", type=int_at_least(0), default=300_000, metavar="MS",
                        help="how long acked and deleted messages stay queryable with getMsg, "
                             "for topics without a stored policy (default 300000)")
@@ -50,6 +57,20 @@ def add_parser(subparsers: object) -> None:
     serve.add_argument("--index-sweep-ms", type=int_at_least(1), default=60_000, metavar="MS",
                        help="how often Youzan's id index drops jobs ended elsewhere "
                             "(default 60000)")
+    limits = serve.add_argument_group("limits per client")
+    limits.add_argument("--max-body-bytes", type=int_at_least(1),
+                        default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                        help=f"largest request body; a larger one gets 413 (default "
+                             f"{DEFAULT_MAX_BODY_BYTES}, 4 MiB)")
+    limits.add_argument("--max-long-polls-per-client", type=int_at_least(1), default=16,
+                        metavar="N",
+                        help="held long polls (longPollingMsg, Youzan pop with a timeout) one "
+                             "client address may have at once; one more gets 429 with "
+                             "Retry-After (default 16)")
+    limits.add_argument("--max-long-poll-ms", type=int_at_least(1), default=60_000,
+                        metavar="MS",
+                        help="longest hold of a long poll; a longer longPollingTimeoutMillis "
+                             "or Youzan timeout gets 400 (default 60000)")
     serve.set_defaults(handler=run)
 
 
@@ -69,10 +90,17 @@ def run(args: argparse.Namespace) -> int:
               f"pip install 'dynoqueue[server]'", file=sys.stderr)
         return EXIT_ERROR
     zones = zones_of(args.zones)
-    settings = ServerSettings(
-        url=args.url, zones=tuple(zones) if zones else None, local_zone=args.local_zone,
-        prefix=args.prefix, token=token, retention_ms=args.retention_ms,
-        unack_interval_ms=args.unack_interval_ms, index_sweep_ms=args.index_sweep_ms)
+    try:
+        settings = ServerSettings(
+            url=args.url, zones=tuple(zones) if zones else None, local_zone=args.local_zone,
+            prefix=args.prefix, token=token, retention_ms=args.retention_ms,
+            unack_interval_ms=args.unack_interval_ms, index_sweep_ms=args.index_sweep_ms,
+            max_body_bytes=args.max_body_bytes,
+            max_long_polls_per_client=args.max_long_polls_per_client,
+            max_long_poll_ms=args.max_long_poll_ms)
+    except ConfigurationError as exc:
+        print(f"dynoqueue serve: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     config = uvicorn.Config(create_app(settings), host=args.host, port=args.port,
                             log_level="warning" if not args.verbose else "info",
                             lifespan="on", timeout_graceful_shutdown=5, backlog=4096)

@@ -2,9 +2,11 @@
 
 Routes: Camellia's protocol (:mod:`.camellia`), Youzan's (:mod:`.youzan`), ``/metrics``
 (Prometheus), ``/healthz`` (pings Redis), ``/openapi.json``, and the dashboard (``/`` and
-``/api/...``, :mod:`.dashboard`). With a token, every route needs ``Authorization: Bearer
-<token>``. Bad input gets a 4xx in the protocol's error shape; a Redis failure a 503, any
-other failure a 500 with one line, never a traceback.
+``/api/...``, :mod:`.dashboard`). With a token,
+every route but ``GET /`` (the dashboard page, which holds no data) and ``GET /healthz``
+(liveness probes send no token) needs ``Authorization: Bearer <token>``, else 401. Bad input
+gets a 4xx in the protocol's error shape before anything is written; a Redis failure a 503,
+any other failure a 500 with one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -40,19 +42,23 @@ def _error(request: Request, status: int, message: str) -> JSON:
     return JSON({"code": status, "msg": message}, status_code=status)
 
 
+#: (method, path) of the routes served without the token: the dashboard page (it holds no
+#: data: its script sends the token to /api) and the liveness probe.
+OPEN_ROUTES = frozenset({("GET", "/"), ("GET", "/healthz")})
+
+
 class _Auth:
-    """Bearer-token auth in front of every route (a plain ASGI middleware: it leaves the
-    request stream alone, so a held long poll still sees its client go away)."""
+    """Bearer-token auth in front of every route but :data:`OPEN_ROUTES` (a plain ASGI
+    middleware: it leaves the request stream alone, so a held long poll still sees its client
+    go away)."""
 
     def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
         self.token = token
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # The dashboard page holds no data (its script sends the token to /api): a browser
-        # can open it without a header.
-        if self.token is not None and scope["type"] == "http" and not (
-                scope["path"] == "/" and scope["method"] == "GET"):
+        if self.token is not None and scope["type"] == "http" and (
+                scope["method"], scope["path"]) not in OPEN_ROUTES:
             request = Request(scope)
             scheme, _, given = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -66,8 +72,11 @@ class _Auth:
 
 
 async def _bad_request(request: Request, exc: Exception) -> Response:
-    status = exc.status if isinstance(exc, BadRequest) else 400
-    return _error(request, status, str(exc))
+    if not isinstance(exc, BadRequest):
+        return _error(request, 400, str(exc))
+    response = _error(request, exc.status, str(exc))
+    response.headers.update(exc.headers)
+    return response
 
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
@@ -98,7 +107,7 @@ def create_app(settings: ServerSettings) -> Starlette:
     topic served) and closes it.
 
     Args:
-        settings: how to connect and the protocols' defaults.
+        settings: how to connect, the protocols' defaults and the limits per client.
     """
     state = ServerState(settings)
 

@@ -7,7 +7,10 @@ message's delay; ``ttlMillis`` its ``ttl_ms`` (counted from when it falls due);
 ``maxRetry`` n allows n + 1 deliveries (``max_deliveries``); ``ackTimeoutMillis`` is the pop's
 lease; ``ackMsg`` with ``ack=false`` is a nack (due again at once); ``status`` is
 ``MessageState.code``. Camellia answers business outcomes with HTTP 200 and a ``code`` of 200,
-404 (no such message) or 500; bad input gets HTTP 400 with ``{"code": 400, "msg": ...}``.
+404 (no such message; for ackMsg: none leased) or 500; bad input gets HTTP 400 with
+``{"code": 400, "msg": ...}`` before anything is written (a negative delayMillis too, as the
+Python API refuses a negative delay). Optional numbers <= 0 (maxRetry: < 0) mean the
+server's default, as Camellia's SDKs send them.
 """
 
 from __future__ import annotations
@@ -23,14 +26,18 @@ from starlette.routing import Route
 from ..asyncio.queue import DynoQueue
 from ..metrics.names import WAITING_BUCKETS
 from ..metrics.stats import QueueStats, read_stats_async
+from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageInfo, MessageState
-from .http import JSON, BadRequest, boolean, integer, params, text
+from ..model.validate import MAX_COUNT, MAX_MS
+from .http import JSON, BadRequest, boolean, client_of, integer, params, text
 from .state import ServerState
 
 PREFIX = "/camellia/delayQueue"
 #: Most messages one pull may ask for.
 MAX_BATCH = 1000
+#: Largest maxRetry: its deliveries (maxRetry + 1) are a count.
+MAX_RETRY = MAX_COUNT - 1
 
 
 def ok(**fields: Any) -> JSON:
@@ -73,25 +80,37 @@ def topic_info(stats: QueueStats) -> dict[str, Any]:
 
 def routes(state: ServerState) -> list[Route]:
     """The Camellia routes over ``state``."""
+    settings = state.settings
 
-    async def topic_of(values: dict[str, str]) -> tuple[str, DynoQueue]:
+    async def values_of(request: Request) -> dict[str, str]:
+        return await params(request, settings.max_body_bytes)
+
+    def topic_of(values: dict[str, str]) -> str:
         topic = text(values, "topic")
         assert topic is not None
-        return topic, await state.topic(topic)
+        check_queue_name(topic, "topic")
+        return topic
+
+    def msg_id_of(values: dict[str, str]) -> str:
+        msg_id = text(values, "msgId")
+        assert msg_id is not None
+        return msg_id
 
     async def send_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
+        values = await values_of(request)
+        topic = topic_of(values)
         msg = text(values, "msg")
         assert msg is not None
         msg_id = text(values, "msgId", required=False) or uuid.uuid4().hex
-        delay = integer(values, "delayMillis")
-        ttl = integer(values, "ttlMillis", -1)
-        max_retry = integer(values, "maxRetry", -1)
-        message = Message(msg_id, msg, timeout=max(0, delay),
-                          ttl_ms=ttl if ttl > 0 else state.settings.ttl_ms,
+        delay = integer(values, "delayMillis", low=0, high=MAX_MS)
+        ttl = integer(values, "ttlMillis", -1, high=MAX_MS)
+        max_retry = integer(values, "maxRetry", -1, high=MAX_RETRY)
+        message = Message(msg_id, msg, timeout=delay,
+                          ttl_ms=ttl if ttl > 0 else settings.ttl_ms,
                           max_deliveries=(max_retry if max_retry >= 0
-                                          else state.settings.max_retry) + 1)
+                                          else settings.max_retry) + 1)
+        message.validate(state.factory().settings.max_payload_bytes)  # before any write
+        queue = await state.topic(topic)
         await queue.push([message], if_exists="keep")
         state.count(topic, "sendMsg")
         info = await queue.info(msg_id)
@@ -100,11 +119,10 @@ def routes(state: ServerState) -> list[Route]:
         return ok(delayMsg=delay_msg(topic, info, message.timeout))
 
     async def delete_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
-        msg_id = text(values, "msgId")
-        assert msg_id is not None
+        values = await values_of(request)
+        topic, msg_id = topic_of(values), msg_id_of(values)
         boolean(values, "release", False)  # accepted; retention decides when memory is freed
+        queue = await state.topic(topic)
         state.count(topic, "deleteMsg")
         if not await queue.remove(msg_id):
             return not_found("msg")
@@ -124,48 +142,52 @@ def routes(state: ServerState) -> list[Route]:
         return out
 
     def pull_args(values: dict[str, str]) -> tuple[int, int]:
-        ack = integer(values, "ackTimeoutMillis", -1)
+        ack = integer(values, "ackTimeoutMillis", -1, high=MAX_MS)
         batch = integer(values, "batch", -1, high=MAX_BATCH)
-        return (ack if ack > 0 else state.settings.ack_timeout_ms), (batch if batch > 0 else 1)
+        return (ack if ack > 0 else settings.ack_timeout_ms), (batch if batch > 0 else 1)
 
     async def pull_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
+        values = await values_of(request)
+        topic = topic_of(values)
         lease, batch = pull_args(values)
+        queue = await state.topic(topic)
         messages = await queue.pop(batch, 0, lease_ms=lease)
         state.count(topic, "pullMsg")
         return ok(delayMsgList=await pulled(topic, queue, messages))
 
     async def long_polling_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
+        values = await values_of(request)
+        topic = topic_of(values)
         lease, batch = pull_args(values)
-        hold = integer(values, "longPollingTimeoutMillis", -1)
-        hold = hold if hold > 0 else state.settings.long_polling_timeout_ms
-        # Held until a message is due (woken by the doorbell) or the timeout; a client that
-        # goes away keeps nothing (see dynoqueue.server.longpoll).
-        messages = await state.polls.pull(topic, queue, batch, lease, hold,
-                                          request.is_disconnected)
-        state.count(topic, "pullMsg")
-        return ok(delayMsgList=await pulled(topic, queue, messages))
+        hold = integer(values, "longPollingTimeoutMillis", -1, high=settings.max_long_poll_ms)
+        hold = hold if hold > 0 else settings.default_hold_ms
+        with state.long_poll_slot(client_of(request), hold):
+            queue = await state.topic(topic)
+            # Held until a message is due (woken by the doorbell) or the timeout; a client
+            # that goes away keeps nothing (see dynoqueue.server.longpoll).
+            messages = await state.polls.pull(topic, queue, batch, lease, hold,
+                                              request.is_disconnected)
+            state.count(topic, "pullMsg")
+            return ok(delayMsgList=await pulled(topic, queue, messages))
 
     async def ack_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
-        msg_id = text(values, "msgId")
-        assert msg_id is not None
-        if boolean(values, "ack", True):
-            await queue.ack(msg_id)
+        values = await values_of(request)
+        topic, msg_id = topic_of(values), msg_id_of(values)
+        ack = boolean(values, "ack", True)
+        queue = await state.topic(topic)
+        if ack:
+            found = await queue.ack(msg_id)
         else:  # Camellia: back to the ready queue at once
-            await queue.nack(msg_id, 0)
+            found = await queue.nack(msg_id, 0)
         state.count(topic, "ackMsg")
+        if not found:  # not leased: unknown, never pulled, or ended
+            return not_found("msg")
         return JSON({"code": 200, "msg": "success"})
 
     async def get_msg(request: Request) -> JSON:
-        values = await params(request)
-        topic, queue = await topic_of(values)
-        msg_id = text(values, "msgId")
-        assert msg_id is not None
+        values = await values_of(request)
+        topic, msg_id = topic_of(values), msg_id_of(values)
+        queue = await state.topic(topic)
         state.count(topic, "getMsg")
         info = await queue.info(msg_id)
         if info is None:
@@ -192,8 +214,8 @@ def routes(state: ServerState) -> list[Route]:
                                            "now": int(time.time() * 1000)}})
 
     async def get_topic_info(request: Request) -> JSON:
-        values = await params(request)
-        topic, _ = await topic_of(values)
+        values = await values_of(request)
+        topic = topic_of(values)
         (stats,) = await read_stats_async(state.factory(), [topic])
         return JSON({"code": 200, "data": topic_info(stats)})
 

@@ -58,7 +58,7 @@ def routes(state: ServerState) -> list[Route]:
 
     async def redrive(request: Request) -> JSON:
         queue = await state.topic(request.path_params["queue"])
-        doc: Any = await json_body(request) if await request.body() else {}
+        doc: Any = await json_body(request, state.settings.max_body_bytes, empty={})
         ids = doc.get("ids") if isinstance(doc, dict) else None
         if ids is not None and (not isinstance(ids, list)
                                 or not all(isinstance(i, str) and i for i in ids)):

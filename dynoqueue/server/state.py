@@ -4,9 +4,12 @@ each topic, the metrics, Camellia's monitor counts and Youzan's id -> topic inde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,14 +18,19 @@ from prometheus_client import CollectorRegistry
 
 from ..asyncio import RedisQueues
 from ..asyncio.queue import DynoQueue
-from ..errors import DynoQueueError
+from ..errors import ConfigurationError, DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
 from ..model.keys import QueueKeys, check_queue_name, youzan_index
 from ..model.states import QueuePolicy
+from ..model.validate import MAX_COUNT, MAX_MS, int_at_least
+from .http import BadRequest
 from .longpoll import LongPolls
 
 log = logging.getLogger("dynoqueue.server")
+
+#: ServerSettings.max_body_bytes' default: 4 MiB.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -31,14 +39,26 @@ class ServerSettings:
 
     Attributes:
         url, zones, local_zone, prefix: the deployment, as the builders take them.
-        token: the bearer token every route requires (None: no auth, loopback only).
+        token: the bearer token every route but ``GET /`` and ``GET /healthz`` requires
+            (None: no auth, loopback only).
         retention_ms: how long acked, expired and deleted messages stay queryable through
             getMsg, for topics whose queue has no stored policy yet (Camellia: 5 minutes).
         ack_timeout_ms, ttl_ms, max_retry: Camellia's server defaults (30 s, 1 h, 10).
-        long_polling_timeout_ms: longPollingMsg's default hold (Camellia's SDK: 10 s).
+        long_polling_timeout_ms: longPollingMsg's default hold (Camellia's SDK: 10 s; held
+            at most ``max_long_poll_ms``).
         unack_interval_ms: how often expired leases and TTLs of the served topics are handled.
         youzan_ttr_s: Youzan's default TTR, seconds.
         index_sweep_ms: how often Youzan's id -> topic index drops jobs that ended elsewhere.
+        max_body_bytes: the largest request body read, bytes (default 4 MiB: a message is at
+            most 1 MiB, its form encoding up to three times that); a larger one gets 413.
+        max_long_polls_per_client: held long polls (longPollingMsg, Youzan pop with a
+            timeout) one client address may have at once (default 16); one more gets 429
+            with Retry-After. Clients behind one proxy share its address, so its cap.
+        max_long_poll_ms: the longest a long poll may hold its connection, ms (default 60 s):
+            a longer longPollingTimeoutMillis (or Youzan timeout) gets 400.
+
+    Raises:
+        ConfigurationError: (a ValueError) a limit or default out of range.
     """
 
     url: str = "redis://localhost:6379"
@@ -54,6 +74,24 @@ class ServerSettings:
     unack_interval_ms: int = 500
     youzan_ttr_s: int = 30
     index_sweep_ms: int = 60_000
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_long_polls_per_client: int = 16
+    max_long_poll_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+                ("retention_ms", 0, MAX_MS), ("ack_timeout_ms", 1, MAX_MS), ("ttl_ms", 1, MAX_MS),
+                ("max_retry", 0, MAX_COUNT - 1), ("long_polling_timeout_ms", 1, MAX_MS),
+                ("unack_interval_ms", 1, MAX_MS), ("youzan_ttr_s", 1, MAX_MS // 1000),
+                ("index_sweep_ms", 1, MAX_MS), ("max_body_bytes", 1, MAX_COUNT),
+                ("max_long_polls_per_client", 1, MAX_COUNT), ("max_long_poll_ms", 1, MAX_MS)):
+            int_at_least(name, getattr(self, name), low, high=high, error=ConfigurationError)
+
+    @property
+    def default_hold_ms(self) -> int:
+        """A long poll's hold when the request names none: ``long_polling_timeout_ms``, at
+        most ``max_long_poll_ms``."""
+        return min(self.long_polling_timeout_ms, self.max_long_poll_ms)
 
 
 @dataclass
@@ -79,6 +117,8 @@ class ServerState:
         self.youzan_index = youzan_index(settings.prefix)
         #: The held pulls, one dispatching pop per topic.
         self.polls = LongPolls()
+        #: Client address -> the deadlines (monotonic s) of its held long polls.
+        self._held: dict[str, list[float]] = {}
 
     async def open(self) -> None:
         s = self.settings
@@ -112,6 +152,31 @@ class ServerState:
             self.monitor[queue].requests["triggerMsgTimeout"] += count
         elif count and kind in ("expired", "dead_lettered"):
             self.monitor[queue].requests["triggerMsgEndLife"] += count
+
+    @contextlib.contextmanager
+    def long_poll_slot(self, client: str, hold_ms: int) -> Iterator[None]:
+        """Hold one of ``client``'s long-poll slots for the block (a long poll of up to
+        ``hold_ms``).
+
+        Raises:
+            BadRequest: 429 when ``client`` already holds ``max_long_polls_per_client``; its
+                Retry-After header is the seconds until the first of them ends at the latest.
+        """
+        held = self._held.setdefault(client, [])
+        now = time.monotonic()
+        cap = self.settings.max_long_polls_per_client
+        if len(held) >= cap:
+            retry_s = max(1, math.ceil(min(held) - now))
+            raise BadRequest(f"too many held long polls from {client}: at most {cap} at once",
+                             429, {"Retry-After": str(retry_s)})
+        deadline = now + hold_ms / 1000
+        held.append(deadline)
+        try:
+            yield
+        finally:
+            held.remove(deadline)
+            if not held:
+                del self._held[client]
 
     def count(self, topic: str, request: str) -> None:
         self.monitor[topic].requests[request] += 1

@@ -1,8 +1,10 @@
 """Youzan's delay-queue JSON command protocol on one endpoint, ``POST /youzan/delayQueue``.
 
-Requests: ``{"command": "add", "topic", "id", "delay" (s), "TTR" (s), "body"}``,
-``{"command": "pop", "topic"[, "timeout" (s)]}``, ``{"command": "finish", "id"}``,
-``{"command": "delete", "id"}``; every answer is ``{"success", "error", "id", "value"}``.
+Requests: ``{"command": "add", "topic", "id", "delay" (s, >= 0), "TTR" (s, >= 1), "body"}``,
+``{"command": "pop", "topic"[, "timeout" (s, at most the server's max_long_poll_ms)]}``,
+``{"command": "finish", "id"}``, ``{"command": "delete", "id"}``; every answer is
+``{"success", "error", "id", "value"}``. The seconds are JSON integers (5.0 counts as 5, as
+JSON Schema's "integer" has it); bad input gets 400 before anything is written.
 
 As in Youzan's design, job ids are unique across topics and finish and delete carry only the
 id, so the server keeps an id -> (topic, TTR) index in Redis (a hash under the key prefix),
@@ -12,56 +14,69 @@ ended through another client). A pop leases the job for its TTR; finish acks it.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageState
-from .http import JSON, BadRequest, json_body
+from ..model.validate import MAX_MS
+from .http import JSON, BadRequest, client_of, json_body
 from .state import ServerState
 
 PATH = "/youzan/delayQueue"
-#: Longest pop wait, seconds.
-MAX_POP_TIMEOUT_S = 60
+#: Largest delay and TTR, seconds (their milliseconds are at most MAX_MS, 100 years).
+MAX_SECONDS = MAX_MS // 1000
 
 
 def answer(success: bool, error: str = "", id: str | None = None, value: Any = None,
            status: int = 200) -> JSON:
+    """Youzan's answer ``{"success", "error", "id", "value"}`` with HTTP ``status``."""
     return JSON({"success": success, "error": error, "id": id, "value": value},
                 status_code=status)
 
 
-def _field(doc: dict[str, Any], name: str, kind: type, *, default: Any = None,
-           low: int | None = None) -> Any:
+def _seconds(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """An integer field (a JSON number with no fraction: 5 or 5.0), ``default`` when absent."""
     value = doc.get(name, default)
     if value is None:
+        raise BadRequest(f"{name} must be an integer number of seconds, got null")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer number of seconds, got {value!r:.40}")
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be in {low}..{high} (seconds), got {value}")
+    return value
+
+
+def _text(doc: dict[str, Any], name: str) -> str:
+    value = doc.get(name)
+    if value is None:
         raise BadRequest(f"{name} is required")
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise BadRequest(f"{name} must be an integer number of seconds, got {value!r:.40}")
-        if low is not None and value < low:
-            raise BadRequest(f"{name} must be >= {low}, got {value}")
-    elif not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value:
         raise BadRequest(f"{name} must be a non-empty string, got {value!r:.40}")
     return value
 
 
 def routes(state: ServerState) -> list[Route]:
     """The Youzan endpoint over ``state``."""
+    settings = state.settings
 
     async def add(doc: dict[str, Any], request: Request) -> JSON:
-        topic = _field(doc, "topic", str)
-        job_id = _field(doc, "id", str)
-        delay = _field(doc, "delay", int, default=0, low=0)
-        ttr = _field(doc, "TTR", int, default=state.settings.youzan_ttr_s, low=1)
+        topic = check_queue_name(_text(doc, "topic"), "topic")
+        job_id = _text(doc, "id")
+        delay = _seconds(doc, "delay", 0, 0, MAX_SECONDS)
+        ttr = _seconds(doc, "TTR", settings.youzan_ttr_s, 1, MAX_SECONDS)
         body = doc.get("body", "")
         if not isinstance(body, str):
-            raise BadRequest("body must be a string")
-        message = Message(job_id, body, timeout=delay * 1000)  # checked before any write
+            raise BadRequest(f"body must be a string, got {body!r:.40}")
+        message = Message(job_id, body, timeout=delay * 1000)
+        message.validate(state.factory().settings.max_payload_bytes)  # before any write
         queue = await state.topic(topic)
-        message.validate(state.factory().settings.max_payload_bytes)
         known = await state.index_get(job_id)
         if known is not None and known.get("topic") != topic:
             return answer(False, f"job {job_id} exists in topic {known.get('topic')}", job_id,
@@ -71,24 +86,25 @@ def routes(state: ServerState) -> list[Route]:
         return answer(True, "", job_id)
 
     async def pop(doc: dict[str, Any], request: Request) -> JSON:
-        topic = _field(doc, "topic", str)
-        wait_s = _field(doc, "timeout", int, default=0, low=0)
-        if wait_s > MAX_POP_TIMEOUT_S:
-            raise BadRequest(f"timeout must be <= {MAX_POP_TIMEOUT_S}, got {wait_s}")
-        queue = await state.topic(topic)
-        got = await state.polls.pull(topic, queue, 1, state.settings.youzan_ttr_s * 1000,
-                                     wait_s * 1000, request.is_disconnected)
+        topic = check_queue_name(_text(doc, "topic"), "topic")
+        wait_s = _seconds(doc, "timeout", 0, 0, settings.max_long_poll_ms // 1000)
+        slot = (state.long_poll_slot(client_of(request), wait_s * 1000) if wait_s
+                else contextlib.nullcontext())
+        with slot:
+            queue = await state.topic(topic)
+            got = await state.polls.pull(topic, queue, 1, settings.youzan_ttr_s * 1000,
+                                         wait_s * 1000, request.is_disconnected)
         if not got:
             return answer(True, "", None, None)
         job = got[0]
         known = await state.index_get(job.id)
-        ttr = int(known["ttr"]) if known and "ttr" in known else state.settings.youzan_ttr_s
-        if ttr != state.settings.youzan_ttr_s:
+        ttr = int(known["ttr"]) if known and "ttr" in known else settings.youzan_ttr_s
+        if ttr != settings.youzan_ttr_s:
             await queue.set_unack_timeout(job.id, ttr * 1000, receipt=job.receipt)
         return answer(True, "", job.id, job.payload)
 
     async def finish(doc: dict[str, Any], request: Request) -> JSON:
-        job_id = _field(doc, "id", str)
+        job_id = _text(doc, "id")
         known = await state.index_get(job_id)
         if known is None:
             return answer(False, f"job {job_id} not found", job_id, status=404)
@@ -105,7 +121,7 @@ def routes(state: ServerState) -> list[Route]:
         return answer(True, "", job_id)
 
     async def delete(doc: dict[str, Any], request: Request) -> JSON:
-        job_id = _field(doc, "id", str)
+        job_id = _text(doc, "id")
         known = await state.index_get(job_id)
         if known is None:
             return answer(False, f"job {job_id} not found", job_id, status=404)
@@ -119,10 +135,11 @@ def routes(state: ServerState) -> list[Route]:
     handlers = {"add": add, "pop": pop, "finish": finish, "delete": delete}
 
     async def endpoint(request: Request) -> JSON:
-        doc = await json_body(request)
+        doc = await json_body(request, settings.max_body_bytes)
         if not isinstance(doc, dict):
             raise BadRequest("the body must be a JSON object with a command")
-        handler = handlers.get(doc.get("command"))  # type: ignore[arg-type]
+        command = doc.get("command")
+        handler = handlers.get(command) if isinstance(command, str) else None
         if handler is None:
             raise BadRequest(f"command must be one of {', '.join(handlers)}, "
                              f"got {doc.get('command')!r:.40}")
