@@ -526,6 +526,11 @@ def test_long_polls_per_client_and_their_longest_hold(capped: Served) -> None:
     started = time.monotonic()
     reply = capped.camellia("longPollingMsg", topic=t)
     assert reply["delayMsgList"] == [] and 1.4 < time.monotonic() - started < 5
+    doc = capped.http.get("/openapi.json").json()
+    form = doc["paths"][f"{CAMELLIA}/longPollingMsg"]["post"]["requestBody"]["content"]
+    hold = form["application/x-www-form-urlencoded"]["schema"]["properties"][
+        "longPollingTimeoutMillis"]
+    assert hold["maximum"] == 1500 and "minimum" not in hold
 
 
 def test_serve_refuses_bad_limits(redis_server: RedisServer) -> None:

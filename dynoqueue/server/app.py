@@ -1,8 +1,8 @@
 """The ASGI app of ``dynoqueue serve`` (Starlette, on :mod:`dynoqueue.asyncio`).
 
 Routes: Camellia's protocol (:mod:`.camellia`), Youzan's (:mod:`.youzan`), ``/metrics``
-(Prometheus), ``/healthz`` (pings Redis), ``/openapi.json``, and the dashboard (``/`` and
-``/api/...``, :mod:`.dashboard`). With a token,
+(Prometheus), ``/healthz`` (pings Redis), ``/openapi.json`` (:mod:`.openapi`: the server as
+configured), and the dashboard (``/`` and ``/api/...``, :mod:`.dashboard`). With a token,
 every route but ``GET /`` (the dashboard page, which holds no data) and ``GET /healthz``
 (liveness probes send no token) needs ``Authorization: Bearer <token>``, else 401. Bad input
 gets a 4xx in the protocol's error shape before anything is written; a Redis failure a 503,
@@ -138,7 +138,7 @@ def create_app(settings: ServerSettings) -> Starlette:
         return JSON({"status": "ok", "redis_ms": {k: round(v, 3) for k, v in rtt.items()}})
 
     async def openapi(request: Request) -> JSON:
-        return JSON(spec())
+        return JSON(spec(settings, state.factory().settings.max_payload_bytes))
 
     routes = [
         *camellia.routes(state),
