@@ -1,8 +1,9 @@
 """The dashboard of ``dynoqueue serve`` in a real headless Chromium (Debian's ``chromium``,
 driven by Playwright): the page loads, shows the numbers of a queue the test filled, the
-waiting-time bars, the dead letters, and its redrive button works. Takes a screenshot (saved
-as ``docs/dashboard.png`` with ``DYNOQUEUE_UPDATE_DOCS=1``, else in the test's temporary
-folder: a test run leaves the tree as it was).
+waiting-time bars, the dead letters, and its redrive button works; the token comes from the
+link (``/#token=...``) or the page's login form, never a blocking ``prompt()``. Takes a
+screenshot (saved as ``docs/dashboard.png`` with ``DYNOQUEUE_UPDATE_DOCS=1``, else in the
+test's temporary folder: a test run leaves the tree as it was).
 
 No browser is downloaded: Playwright drives the system binary (``$DYNOQUEUE_CHROMIUM`` or
 ``/usr/bin/chromium``); without it the test fails and says how to install it.
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Dialog, Page, sync_playwright
 
 from dynoqueue.embedded import RedisServer
 
@@ -45,17 +46,33 @@ def server(redis_server: RedisServer) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="module")
-def page(server: Served) -> Iterator[Page]:
+def browser() -> Iterator[Browser]:
     with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=chromium_path(), headless=True,
-                                         args=["--no-sandbox", "--disable-gpu",
-                                               "--disable-dev-shm-usage"])
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        tab = context.new_page()
-        # The token, as the page keeps it once asked (sessionStorage of the tab).
-        tab.add_init_script("sessionStorage.setItem('dynoqueue-token', 'dash-token')")
-        yield tab
-        browser.close()
+        launched = driver.chromium.launch(executable_path=chromium_path(), headless=True,
+                                          args=["--no-sandbox", "--disable-gpu",
+                                                "--disable-dev-shm-usage"])
+        yield launched
+        launched.close()
+
+
+def new_tab(browser: Browser, dialogs: list[str]) -> Page:
+    """A tab of a fresh context (its own session storage) that records any dialog (a
+    prompt() would block a headless browser) and dismisses it."""
+    tab = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+
+    def dialog(d: Dialog) -> None:
+        dialogs.append(f"{d.type}: {d.message}")
+        d.dismiss()
+
+    tab.on("dialog", dialog)
+    return tab
+
+
+@pytest.fixture(scope="module")
+def page(browser: Browser) -> Iterator[Page]:
+    dialogs: list[str] = []
+    yield new_tab(browser, dialogs)
+    assert dialogs == []
 
 
 def row_numbers(page: Page, queue: str) -> dict[str, str]:
@@ -86,8 +103,10 @@ def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page,
     assert len(server.camellia("pullMsg", topic=topic, batch=2)["delayMsgList"]) == 2
     info = server.http.get(f"{CAMELLIA}/getTopicInfo", params={"topic": topic}).json()["data"]
 
-    page.goto(server.base + "/")
+    page.goto(server.base + "/#token=dash-token")  # the link carries the token
     page.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+    assert page.url == server.base + "/"  # taken out of the address bar
+    assert page.locator("#login-section").is_hidden()
     numbers = row_numbers(page, topic)
     assert numbers["ready"] == str(info["readyQueueSize"]) == "3"
     assert numbers["delayed"] == str(info["waitingQueueSize"]) == "6"
@@ -125,6 +144,35 @@ def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page,
     page.wait_for_function(
         f"document.querySelector(\"#queues tr[data-queue='{topic}'] td.dead-count\")"
         ".textContent === '0'", timeout=15_000)
+
+
+def test_dashboard_asks_for_the_token_with_a_form(server: Served, browser: Browser) -> None:
+    topic = f"login-{uuid.uuid4().hex[:6]}"
+    server.camellia("sendMsg", topic=topic, msg="x", delayMillis=0)
+    dialogs: list[str] = []
+    tab = new_tab(browser, dialogs)
+    try:
+        tab.goto(server.base + "/")
+        tab.wait_for_selector("#login-section:not([hidden])", timeout=15_000)
+        assert tab.inner_text("#status") == "token needed"
+        assert tab.inner_text("#login-error") == ""
+        assert tab.locator("#queues tr[data-queue]").count() == 0
+        tab.fill("#token", "not-the-token")
+        tab.press("#token", "Enter")
+        tab.wait_for_function("document.getElementById('login-error').textContent === "
+                              "'the server refused this token'", timeout=15_000)
+        assert tab.locator("#login-section").is_visible()
+        tab.fill("#token", "dash-token")
+        tab.click("#login button[type=submit]")
+        tab.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+        assert tab.locator("#login-section").is_hidden()
+        assert row_numbers(tab, topic)["ready"] == "1"
+        tab.reload()  # the tab keeps the token
+        tab.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+        assert tab.locator("#login-section").is_hidden()
+    finally:
+        tab.context.close()
+    assert dialogs == []
 
 
 def test_dashboard_api_needs_the_token(server: Served) -> None:

@@ -5,8 +5,11 @@ The page lists every queue with waiting, ready, delayed, leased and dead counts,
 ready message's age and the rates of change per second (from one refresh to the next); a
 click on a queue shows its waiting-time buckets as a bar chart and its dead letters, with
 buttons that redrive the selected ones or all. The page itself holds no data, so it is served
-without the token; every ``/api`` route needs it (the page asks for it once and keeps it in
-the tab's session storage).
+without the token; every ``/api`` route needs it. The page takes it from its link's fragment
+(``/#token=...``: a fragment is never sent to the server, so it stays out of access logs; the
+page removes it from the address bar) or, when the server answers 401, from a login form on
+the page (no ``prompt()``, which would block a headless browser), and keeps it in the tab's
+session storage.
 """
 
 from __future__ import annotations

@@ -30,13 +30,23 @@ PAGE = """<!doctype html>
            background: #4a6ee0; color: #fff; cursor: pointer; }
   button.secondary { background: #fff; color: #4a6ee0; }
   #status { font-size: 12px; }
-  #error { color: #b3261e; }
+  #error, #login-error { color: #b3261e; }
+  #login { display: flex; gap: 8px; align-items: center; }
+  #login input { font: inherit; padding: 3px 6px; }
   .empty { color: #777; font-style: italic; }
 </style>
 </head>
 <body>
 <header><h1>dynoqueue</h1><span id="status">loading…</span><span id="error"></span></header>
 <main>
+  <section id="login-section" hidden>
+    <h2>This server needs its token</h2>
+    <form id="login">
+      <label for="token">Token</label>
+      <input id="token" name="token" type="password" autocomplete="current-password" required>
+      <button type="submit">Open</button> <span id="login-error"></span>
+    </form>
+  </section>
   <section>
     <h2>Queues</h2>
     <table id="queues">
@@ -65,23 +75,56 @@ PAGE = """<!doctype html>
 <script>
 "use strict";
 const REFRESH_MS = 2000;
+const TOKEN_KEY = "dynoqueue-token";
 let previous = null, selected = null;
 
+// The token comes from the link (/#token=...: a fragment never reaches the server or its logs)
+// or the login form; the tab keeps it in its session storage. The fragment is taken out of
+// the address bar and the history at once.
+const fragment = new URLSearchParams(location.hash.slice(1));
+if (fragment.get("token")) {
+  sessionStorage.setItem(TOKEN_KEY, fragment.get("token"));
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+class Unauthorized extends Error {}
+
 function headers() {
-  const token = sessionStorage.getItem("dynoqueue-token");
+  const token = sessionStorage.getItem(TOKEN_KEY);
   return token ? {"Authorization": "Bearer " + token} : {};
+}
+
+function showLogin() {
+  const section = document.getElementById("login-section");
+  const refused = sessionStorage.getItem(TOKEN_KEY) !== null;
+  document.getElementById("login-error").textContent =
+    refused ? "the server refused this token" : "";
+  document.getElementById("status").textContent = "token needed";
+  if (section.hidden) {
+    section.hidden = false;
+    document.getElementById("token").focus();
+  }
 }
 
 async function api(path, options = {}) {
   const extra = options.headers || {};
   const reply = await fetch(path, {...options, headers: {...headers(), ...extra}});
   if (reply.status === 401) {
-    const token = prompt("This server needs its token:");
-    if (token) { sessionStorage.setItem("dynoqueue-token", token); return api(path, options); }
+    showLogin();
+    throw new Unauthorized("this server needs its token");
   }
   if (!reply.ok) throw new Error(path + ": HTTP " + reply.status + " " + await reply.text());
   return reply.json();
 }
+
+document.getElementById("login").addEventListener("submit", event => {
+  event.preventDefault();
+  const input = document.getElementById("token");
+  sessionStorage.setItem(TOKEN_KEY, input.value);
+  input.value = "";
+  document.getElementById("login-section").hidden = true;
+  refresh();
+});
 
 function cell(row, value, cls) {
   const td = row.insertCell();
@@ -110,7 +153,7 @@ async function refresh() {
     data = await api("/api/queues");
     document.getElementById("error").textContent = "";
   } catch (err) {
-    document.getElementById("error").textContent = String(err);
+    document.getElementById("error").textContent = err instanceof Unauthorized ? "" : String(err);
     return;
   }
   const at = performance.now();
