@@ -238,7 +238,8 @@ def test_an_unencodable_command_fails_alone_in_an_asyncio_batch(redis_server) ->
 
     pong, bad, good = asyncio.run(run())
     assert pong in (True, b"PONG") and good == b"good"
-    assert isinstance(bad, UnicodeEncodeError)
+    assert isinstance(bad, InvalidArgumentError)  # typed, with redis-py's error as the cause
+    assert isinstance(bad.__cause__, UnicodeEncodeError)
 
 
 def test_the_reprocessor_thread_outlives_a_failed_pass(redis_server, prefix, caplog) -> None:

@@ -15,7 +15,7 @@ from ..core import doorbell as bell
 from ..core import requests as rq
 from ..core.deadline import Deadline, DeadlinePassed
 from ..core.queue import QueueCore
-from ..errors import DynoQueueError
+from ..errors import DynoQueueError, InvalidArgumentError
 
 B = TypeVar("B")
 
@@ -42,13 +42,22 @@ def typed(error: Exception) -> Exception:
     """``error`` as the operation gets it: anything else redis-py raised from inside (an
     AttributeError while a Cluster client's slot map changes under it, a TypeError of a
     parser reading a socket that was shut) becomes a RedisError with it as the cause, so the
-    caller sees a typed :class:`~dynoqueue.errors.RedisOperationError`, never a raw one."""
+    caller sees a typed :class:`~dynoqueue.errors.RedisOperationError`, never a raw one; a
+    ValueError (an argument it cannot encode, e.g. a lone surrogate) becomes
+    :class:`~dynoqueue.errors.InvalidArgumentError`."""
     if isinstance(error, _EXPECTED):
         return error
     text = f"redis-py failed: {type(error).__name__}: {error}"
-    wrapped = (RedisTimeoutError(text) if isinstance(error, TimeoutError)
-               else RedisConnectionError(text) if isinstance(error, OSError)
-               else RedisError(text))
+    wrapped: Exception
+    if isinstance(error, ValueError):  # an argument it cannot encode slipped past the checks
+        wrapped = InvalidArgumentError(f"redis-py cannot send it: {type(error).__name__}: "
+                                       f"{error}")
+    elif isinstance(error, TimeoutError):
+        wrapped = RedisTimeoutError(text)
+    elif isinstance(error, OSError):
+        wrapped = RedisConnectionError(text)
+    else:
+        wrapped = RedisError(text)
     wrapped.__cause__ = error
     return wrapped
 
