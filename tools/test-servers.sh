@@ -46,7 +46,7 @@ for server in "${servers[@]}"; do
     echo "== server matrix: $("$server" --version) =="
     # Dynomite fronts the distribution's redis-server, and is not what this matrix is about.
     # By default the contract suite runs on single, managed and cluster (the zone ring and
-    # Sentinel add replication, which the fault suite covers): ~2.5 min a server, so make test
+    # Sentinel add replication, which the fault suite covers): ~3 min a server, so make test
     # stays near 15 min on Debian 13; DYNOQUEUE_MATRIX_DEPLOYMENTS=single,...,sentinel widens it.
     DYNOQUEUE_REDIS_SERVER=$server \
     DYNOQUEUE_TEST_DEPLOYMENTS=${DYNOQUEUE_MATRIX_DEPLOYMENTS:-single,managed,cluster} \
