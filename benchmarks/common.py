@@ -175,22 +175,22 @@ class RoundTrips:
         sconn.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
         aconn.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
         # dynoqueue.asyncio's auto-pipelining writes a batch on a connected socket itself
-        # (dynoqueue.io.aio._send), not through send_packed_command: count those writes too.
+        # (dynoqueue.io.batching.write_batch), not send_packed_command: count those writes too.
         try:
-            from dynoqueue.io import aio
+            from dynoqueue.io import batching
         except ImportError:
-            aio = None  # type: ignore[assignment]
-        if aio is not None and hasattr(aio, "_send"):
-            batch_send = aio._send
+            batching = None  # type: ignore[assignment]
+        if batching is not None and hasattr(batching, "write_batch"):
+            batch_send = batching.write_batch
 
             async def counted_batch(conn: Any, packed: bytes) -> None:
                 writer = getattr(conn, "_writer", None)
                 if writer is not None and conn.is_connected and not writer.transport.is_closing():
-                    # (else _send falls back to send_packed_command, counted above)
+                    # (else write_batch falls back to send_packed_command, counted above)
                     cls.count += 1
                 await batch_send(conn, packed)
 
-            aio._send = counted_batch
+            batching.write_batch = counted_batch
         cls._installed = True
 
     @classmethod

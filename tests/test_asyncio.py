@@ -137,10 +137,10 @@ def test_a_finished_batch_is_let_go_before_the_callers_make_the_next(redis_serve
     args: a 500-message push's JSON) any more: the flusher used to keep the finished batch
     through its loop turn, so every push built the next batch in fresh memory (~1 us per
     message slower than the sync API's batched push)."""
-    from dynoqueue.io.aio import _Call
+    from dynoqueue.io.batching import BatchedCall
 
     def live_calls_of(marker: str) -> list[Any]:
-        return [o for o in gc.get_objects() if type(o) is _Call
+        return [o for o in gc.get_objects() if type(o) is BatchedCall
                 and any(marker.encode() in a for a in o.command.args if type(a) is bytes)]
 
     async def scenario() -> None:

@@ -142,10 +142,10 @@ def test_calls_on_a_frozen_server_end_by_the_deadline(
 
 def test_an_async_write_larger_than_the_socket_buffer_waits_for_it_or_ends_by_the_deadline(
         bridge: Bridge, server: RedisServer, frozen: Callable[[], None]) -> None:
-    """The asyncio driver writes on the socket itself (dynoqueue.io.aio._send); a write the
-    socket buffer cannot take at once waits for it to drain, as redis.asyncio would: it lands
-    whole while the server reads, and on a frozen server it ends by the deadline and drops the
-    connection, so the server never runs the cut-off command."""
+    """The asyncio driver writes on the socket itself (``dynoqueue.io.batching.write_batch``);
+    a write the socket buffer cannot take at once waits for it to drain, as redis.asyncio
+    would: it lands whole while the server reads, and on a frozen server it ends by the
+    deadline and drops the connection, so the server never runs the cut-off command."""
     prefix = f"h{uuid.uuid4().hex[:8]}"
     queues = _build("async", bridge, server.url, prefix, unack_handler_interval_ms=0)
     q = queues.get("big")

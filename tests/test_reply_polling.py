@@ -1,7 +1,7 @@
 """The sync driver busy-polls for quick replies (``reply_spin_us``), and only for those.
 
 A real redis-server answers; what is checked is what a caller sees (whole, right replies,
-through reconnects) and when the driver polls (a counting wrapper around ``_Pin.poll``):
+through reconnects) and when the driver polls (a counting wrapper around ``pinned.Pin.poll``):
 a new kind of call polls, a script that takes 20 ms stops being polled for and is polled for
 again once it is quick, a zero budget or a single usable CPU never polls. Whether quick calls
 go on polling depends on the machine (polling must beat sleeping), so no test counts on it.
@@ -22,10 +22,10 @@ import pytest
 from dynoqueue import ConfigurationError, Message, RedisQueues
 from dynoqueue.core import requests as rq
 from dynoqueue.embedded import RedisServer
-from dynoqueue.io import sync
+from dynoqueue.io import pinned
 from dynoqueue.io.sync import SyncDriver
 
-pytestmark = pytest.mark.skipif(not sync._can_poll(), reason="polls on Linux with 2+ CPUs only")
+pytestmark = pytest.mark.skipif(not pinned.can_poll(), reason="polls on Linux with 2+ CPUs only")
 
 #: A script that keeps the server busy for about 20 ms while its key holds "slow", then
 #: answers 1; and a quick one.
@@ -38,15 +38,15 @@ _QUICK = "return 2"
 
 @pytest.fixture
 def polls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times _Pin.poll ran, in this thread and others (a one-item list)."""
+    """How many times pinned.Pin.poll ran, in this thread and others (a one-item list)."""
     count = [0]
-    poll = sync._Pin.poll
+    poll = pinned.Pin.poll
 
     def counted(pin: Any, until_ns: int) -> None:
         count[0] += 1
         poll(pin, until_ns)
 
-    monkeypatch.setattr(sync._Pin, "poll", counted)
+    monkeypatch.setattr(pinned.Pin, "poll", counted)
     return count
 
 
@@ -190,9 +190,9 @@ def test_a_single_cpu_never_polls(redis_server: RedisServer) -> None:
     code = ("import os, sys\n"
             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
             "from dynoqueue import RedisQueues, Message\n"
-            "from dynoqueue.io import sync\n"
+            "from dynoqueue.io import pinned\n"
             "calls = []\n"
-            "sync._Pin.poll = lambda pin, until: calls.append(until)\n"
+            "pinned.Pin.poll = lambda pin, until: calls.append(until)\n"
             "with RedisQueues.from_url(sys.argv[1], key_prefix='spincpu',\n"
             "                          unack_handler_interval_ms=0) as qs:\n"
             "    q = qs.get('q')\n"
@@ -220,12 +220,12 @@ def test_a_reconnect_is_adopted_and_pollable(queues: RedisQueues,
 
 
 def test_a_forked_child_may_poll_though_a_parent_thread_was_polling() -> None:
-    sync._POLLING[0] = True  # as if another thread of this process were polling now
+    pinned.POLLING[0] = True  # as if another thread of this process were polling now
     try:
         pid = os.fork()
         if pid == 0:  # the child: exit 0 only if it may poll
-            os._exit(0 if sync._POLLING[0] is False else 1)
+            os._exit(0 if pinned.POLLING[0] is False else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
-        sync._POLLING[0] = False
+        pinned.POLLING[0] = False
