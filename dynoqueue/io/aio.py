@@ -121,11 +121,11 @@ class AsyncDriver:
         Cancelled out of the operation is the caller's CancelledError again."""
         try:
             if error is not None and step.pending:
-                step.send(None, typed(error) if isinstance(error, Exception) else error)
+                step.send(None, typed(error))
             while step.pending:
                 if not answered_here(step, deadline, self.call_timeout_s):
                     reply, error = await self._outcome(step.request, deadline)
-                    step.send(reply, typed(error) if isinstance(error, Exception) else error)
+                    step.send(reply, typed(error))
         except rq.Cancelled:
             raise asyncio.CancelledError from None
         return step.result  # type: ignore[no-any-return]

@@ -38,14 +38,15 @@ def answered_here(step: rq.Step[Any], deadline: Deadline, call_timeout_s: float)
 _EXPECTED = (RedisError, RedisClusterException, DeadlinePassed, DynoQueueError)
 
 
-def typed(error: Exception) -> Exception:
-    """``error`` as the operation gets it: anything else redis-py raised from inside (an
+def typed(error: BaseException | None) -> BaseException | None:
+    """``error`` as the operation gets it (None, and what is no Exception, such as a
+    cancellation, pass as they are): anything else redis-py raised from inside (an
     AttributeError while a Cluster client's slot map changes under it, a TypeError of a
     parser reading a socket that was shut) becomes a RedisError with it as the cause, so the
     caller sees a typed :class:`~dynoqueue.errors.RedisOperationError`, never a raw one; a
     ValueError (an argument it cannot encode, e.g. a lone surrogate) becomes
     :class:`~dynoqueue.errors.InvalidArgumentError`."""
-    if isinstance(error, _EXPECTED):
+    if error is None or not isinstance(error, Exception) or isinstance(error, _EXPECTED):
         return error
     text = f"redis-py failed: {type(error).__name__}: {error}"
     wrapped: Exception

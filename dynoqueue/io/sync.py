@@ -100,7 +100,7 @@ class SyncDriver:
                 step.send(*self._outcome(step.request))
         return step.result  # type: ignore[no-any-return]
 
-    def _outcome(self, request: Any) -> tuple[Any, Exception | None]:
+    def _outcome(self, request: Any) -> tuple[Any, BaseException | None]:
         try:
             return self._handlers[type(request)](request), None
         except Exception as exc:  # handed to the operation, which decides
