@@ -19,11 +19,13 @@ LGA are ``us-east-1a``, ``us-east-1b`` and ``us-east-1c``):
   delivered before it was due, every shard empty at the end, and the crashed consumer's
   messages delivered again.
 
-The package has one module per concept: :mod:`~dynoqueue.demo.run` (options and the run) and
-:mod:`~dynoqueue.demo.report` (the measured report); the data (the flights, the reminders,
-time compression) and the shared printers are :mod:`dynoqueue.flights`, which the Spark demo
-uses too. Use :func:`load_reminders` and :func:`run_demo` from Python; the ``dynoqueue demo``
-command (:mod:`dynoqueue.cli`) wraps them and prints :func:`render_report`.
+The package has one module per concept: :mod:`~dynoqueue.demo.options` (how to run it),
+:mod:`~dynoqueue.demo.topology` (where the zones run), :mod:`~dynoqueue.demo.run` (the run),
+:mod:`~dynoqueue.demo.books` (its books of every message), :mod:`~dynoqueue.demo.report` (the
+report made from them) and :mod:`~dynoqueue.demo.render` (how it is printed); the data (the
+flights, the reminders, time compression) and the shared printers are :mod:`dynoqueue.flights`,
+which the Spark demo uses too. Use :func:`load_reminders` and :func:`run_demo` from Python; the
+``dynoqueue demo`` command (:mod:`dynoqueue.cli`) wraps them and prints :func:`render_report`.
 """
 
 from ..flights.data import (
@@ -46,8 +48,10 @@ from ..flights.data import (
     schedule_offsets_ms,
 )
 from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
-from .report import ApiCall, CrashInfo, DemoReport, Lateness, ZoneStats, render_report
-from .run import DEFAULT_DURATION_S, DemoOptions, run_demo
+from .options import DEFAULT_DURATION_S, DemoOptions
+from .render import render_report
+from .report import ApiCall, CrashInfo, DemoReport, Lateness, ZoneStats
+from .run import run_demo
 
 __all__ = [
     "AIRPORT_ZONES",

@@ -1,27 +1,26 @@
-"""What ``dynoqueue demo`` measured, and how it is printed.
+"""What ``dynoqueue demo`` measured, and how its books become the report.
 
 One table row per zone, keyed by the zone whose consumers (Workers) took the reminders: a
 zone's Workers pop only their own zone's shard, so the row is also that shard, and every column
 of it counts the same reminders. A second table says what the Workers' handler did with them
 (sent, postponed, retried, dead-lettered). The producers (one per airport) are a header line,
-not rows. Every line fits 100 columns without breaking a value. The printers :func:`print_header`,
-:func:`print_invariants` and :func:`mark_nonzero` are shared with the Spark demo
-(:mod:`dynoqueue.flights.printing`).
+not rows. :func:`build_report` makes the report from the run's books
+(:class:`~dynoqueue.demo.books.Tracker`); :mod:`dynoqueue.demo.render` prints it.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Literal
 
-from ..flights.data import AIRPORT_ZONES
-from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
-
-#: The file whose code makes the calls the report's "what the demo did" section names.
-SOURCE_FILE = "dynoqueue/demo/run.py"
+from ..flights.data import AIRPORT_ZONES, QUEUE_NAME, ZONES, Reminder
+from ..flights.printing import Invariant
+from .books import Tracker
+from .options import DemoOptions
+from .topology import Topology
 
 
 @dataclass
@@ -206,187 +205,174 @@ def _nearest_rank(ordered: Sequence[int], percent: float) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Output
+# From the books to the report
 # --------------------------------------------------------------------------------------------
 
-# (header, justify): whole words, so that no header breaks inside a word either.
-_COLUMNS: tuple[tuple[str, Literal["left", "right"]], ...] = (
-    ("zone", "left"),
-    ("pushed\nhere", "right"),
-    ("times\npopped", "right"),
-    ("repeats¹", "right"),
-    ("acked", "right"),
-    ("dead\nletters", "right"),
-    ("lost", "right"),
-    ("early", "right"),
-    ("late\nms\np50", "right"),
-    ("late\nms\np99", "right"),
-    ("late\nms\nmax", "right"),
-    ("left in\nshard\nat end", "right"),
-)
+
+def build_report(
+    options: DemoOptions,
+    reminders: list[Reminder],
+    offsets: list[int],
+    compression: float,
+    topology: Topology,
+    prefix: str,
+    tracker: Tracker,
+    shards: dict[str, str],
+    sizes: dict[str, tuple[int, int]],
+    elapsed_s: float,
+    dead_letters: list[str],
+) -> DemoReport:
+    rows = [_zone_row(name, shards.get(name, ""), tracker, sizes.get(name, (-1, -1)))
+            for name in ZONES]
+    unknown_left = any(row.left < 0 for row in rows)
+    total = ZoneStats(
+        zone="total",
+        pushed=sum(r.pushed for r in rows),
+        popped=sum(r.popped for r in rows),
+        redelivered=sum(r.redelivered for r in rows),
+        acked=len(tracker.acked),
+        dead_lettered=len(tracker.dead),
+        lost=len(reminders) - len(tracker.acked) - len(tracker.dead),
+        early=sum(r.early for r in rows),
+        lateness=Lateness.of([ms for _, ms in tracker.first_lateness.values()]),
+        waiting=-1 if unknown_left else sum(r.waiting for r in rows),
+        leased=-1 if unknown_left else sum(r.leased for r in rows),
+        handled=sum(r.handled for r in rows),
+        postponed=sum(r.postponed for r in rows),
+        retried=sum(r.retried for r in rows),
+    )
+    crash = _crash_info(options, tracker)
+    cancelled = {r.id for r in reminders if r.cancelled}
+    return DemoReport(
+        day=options.day, flights=len(reminders), compression=compression,
+        schedule_s=max(offsets) / 1000, topology=topology.summary, nodes=topology.nodes,
+        queue=QUEUE_NAME, key_prefix=prefix,
+        producers={airport: sum(1 for r in reminders if r.origin == airport)
+                   for airport in AIRPORT_ZONES},
+        zones=rows, total=total, crash=crash, calls=_calls(options, topology, tracker),
+        invariants=_invariants(total, rows, tracker, crash, cancelled), elapsed_s=elapsed_s,
+        errors=list(tracker.errors), error_count=tracker.error_count,
+        dead_letters=dead_letters, max_deliveries=options.max_deliveries,
+    )
 
 
-def render_report(report: DemoReport, console: Any = None, *, quiet: bool = False) -> None:
-    """Print a report with rich: header, one row per consuming zone and a total, the crash,
-    the calls the demo made, the invariants, and a one-line verdict last.
-
-    Every line fits 100 columns; header values and table cells are never broken inside.
-
-    Args:
-        report: what :func:`~dynoqueue.demo.run_demo` returned.
-        console: a ``rich.console.Console``; default one on stdout.
-        quiet: print only the one-line verdict.
-    """
-    from rich.console import Console
-
-    out: Console = console if console is not None else Console()
-    if not quiet:
-        out.print(f"[bold]dynoqueue demo[/]: boarding reminders for {report.day:%a} "
-                  f"{report.day.isoformat()}, {report.flights} flights from EWR, JFK and LGA")
-        print_header(out, _header_rows(report))
-        out.print()
-        _print_table(out, report)
-        _print_crash(out, report)
-        out.print()
-        _print_handlers(out, report)
-        if report.error_count:
-            out.print(f"[yellow]{report.error_count} recovered Redis errors[/], e.g. "
-                      f"{report.errors[0]}")
-        out.print()
-        _print_calls(out, report)
-        out.print()
-        print_invariants(out, report.invariants)
-    t = report.total
-    if report.ok:
-        out.print(f"[bold green]OK[/]: {t.acked}/{report.flights} sent, {t.dead_lettered} "
-                  f"dead-lettered, 0 lost, 0 early; late p50 {_ms(t.lateness.p50)} ms, "
-                  f"p99 {_ms(t.lateness.p99)} ms")
-    else:
-        names = "; ".join(f"{inv.name} ({inv.detail})" for inv in report.failed)
-        out.print(f"[bold red]FAILED[/]: {names}")
+def _zone_row(name: str, shard: str, tracker: Tracker, size: tuple[int, int]) -> ZoneStats:
+    ids = [i for i, s in tracker.shard_of.items() if s == shard]
+    return ZoneStats(
+        zone=name,
+        shard=shard,
+        pushed=len(ids),
+        popped=tracker.popped[name],
+        redelivered=tracker.redelivered[name],
+        acked=sum(1 for zone in tracker.acked.values() if zone == name),
+        dead_lettered=sum(1 for zone in tracker.dead.values() if zone == name),
+        lost=sum(1 for i in ids if i not in tracker.acked and i not in tracker.dead),
+        early=tracker.early_in[name],
+        lateness=Lateness.of([ms for zone, ms in tracker.first_lateness.values()
+                              if zone == name]),
+        waiting=size[0],
+        leased=size[1],
+        handled=tracker.handled[name],
+        postponed=tracker.postponed[name],
+        retried=tracker.retried[name],
+    )
 
 
-def _header_rows(report: DemoReport) -> list[tuple[str, str]]:
-    producers = ", ".join(f"{airport} {count} from {AIRPORT_ZONES.get(airport, '?')}"
-                          for airport, count in report.producers.items())
-    rows = [
-        ("time", f"day compressed {report.compression:,.0f}x: the reminders fall due over "
-                 f"{report.schedule_s:.1f} s (run: {report.elapsed_s:.1f} s)"),
-        ("redis", report.topology),
-        *(("", node) for node in report.nodes),
-        ("queue", f"{report.queue}, key prefix {report.key_prefix}"
-                  + (f", max_deliveries={report.max_deliveries}" if report.max_deliveries
-                     else "")),
-        ("pushed", producers),
+def _crash_info(options: DemoOptions, tracker: Tracker) -> CrashInfo | None:
+    if not options.crash_batch:
+        return None
+    recovery: list[int] = []
+    where: Counter[str] = Counter()
+    killed = tracker.killed_at_ms
+    for message_id in tracker.crashed:
+        zone, live_ms = tracker.last_live.get(message_id, ("", -1))
+        if killed and live_ms >= killed:
+            recovery.append(live_ms - killed)
+            where[zone] += 1
+    return CrashInfo(options.crash_zone, held=len(tracker.crashed), recovered=len(recovery),
+                     recovery_ms=(min(recovery), max(recovery)) if recovery else None,
+                     redelivered_in=dict(where), lease_ms=options.unack_timeout_ms,
+                     concurrency=options.crash_batch)
+
+
+def _invariants(total: ZoneStats, rows: list[ZoneStats], tracker: Tracker,
+                crash: CrashInfo | None, cancelled: set[str]) -> list[Invariant]:
+    left = [row for row in rows if row.left != 0]
+    dead = set(tracker.dead_reasons)
+    reasons = set(tracker.dead_reasons.values())
+    invariants = [
+        Invariant("lost == 0", total.lost == 0,
+                  f"{total.acked} sent + {total.dead_lettered} dead-lettered of "
+                  f"{tracker.scheduled}"),
+        Invariant("early == 0", total.early == 0,
+                  f"{total.early} deliveries before their due (or postponed) time"
+                  + (f" (worst {max(ms for _, ms in tracker.early)} ms early)"
+                     if tracker.early else "")),
+        Invariant("every shard empty at the end", not left,
+                  "no message waiting or leased in any shard" if not left else "left: " + "; ".join(
+                      f"{row.zone} " + ("unreadable" if row.left < 0 else
+                                        f"{row.waiting} waiting, {row.leased} leased")
+                      for row in left)),
+        Invariant("no unexpected messages", tracker.unexpected == 0,
+                  f"{tracker.unexpected} deliveries of ids never scheduled"),
+        Invariant("dead letters == cancelled flights",
+                  dead == cancelled and reasons <= {"cancelled"},
+                  f"{len(dead)} dead letters ({', '.join(sorted(reasons)) or 'none'}), "
+                  f"{len(cancelled)} cancelled flights"),
     ]
-    return rows
+    if crash is not None:
+        invariants.append(Invariant(
+            "killed Worker's messages redelivered",
+            crash.held > 0 and crash.recovered == crash.held,
+            f"{crash.held} held by the killed Worker, {crash.recovered} delivered again"
+            if crash.held else "the doomed Worker never got a message",
+        ))
+    return invariants
 
 
-def _print_table(out: Any, report: DemoReport) -> None:
-    from rich import box
-    from rich.table import Table
-
-    out.print("[bold]reminders by the zone that consumed them[/] (zone us-east-1x pops shard x)")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    for header, justify in _COLUMNS:
-        table.add_column(header, justify=justify, vertical="bottom", no_wrap=True)
-    rows = [*report.zones, report.total]
-    for i, row in enumerate(rows):
-        late = row.lateness
-        table.add_row(
-            row.zone, str(row.pushed), str(row.popped), str(row.redelivered), str(row.acked),
-            str(row.dead_lettered), mark_nonzero(row.lost), mark_nonzero(row.early),
-            _ms(late.p50), _ms(late.p99), _ms(late.max),
-            "?" if row.left < 0 else mark_nonzero(row.left),
-            end_section=i == len(rows) - 2,
-            style="bold" if row is report.total else None,
-        )
-    out.print(table)
-    out.print(
-        "[dim]pushed here: put in this zone's shard by the producers (round robin). times popped: "
-        "deliveries to this zone's Workers, repeats and the killed Worker's included. acked, "
-        "dead letters, lost: distinct reminders. late ms: handler call - due time, over first "
-        "deliveries to live Workers. left in shard at end: waiting + leased, as the zone's own "
-        "node sees it.[/]"
-    )
-
-
-def _print_crash(out: Any, report: DemoReport) -> None:
-    crash = report.crash
-    what = ("¹ repeats: deliveries of a reminder delivered before: postponed, retried, or put "
-            "back after a lease ran out.")
-    if crash is None:
-        out.print(f"{what} No Worker was killed in this run.")
-        return
-    if not crash.held:
-        out.print(f"{what} The doomed Worker in {crash.zone} never got a message.")
-        return
-    held = (f"{what} A Worker process in {crash.zone} (concurrency {crash.concurrency}) was "
-            f"killed with SIGKILL while its handler hung on {crash.held} reminders.")
-    if not crash.recovered:
-        out.print(f"{held} No live Worker delivered them again before the run ended (their "
-                  f"leases last {crash.lease_ms} ms).")
-        return
-    span = ""
-    if crash.recovery_ms:
-        low, high = crash.recovery_ms
-        span = f", {low} ms after the kill" if low == high else f", {low}-{high} ms after the kill"
-    if set(crash.redelivered_in) == {crash.zone}:
-        again = (f"the live Workers in {crash.zone} delivered {_all(crash)} again{span}. So "
-                 f"the kill's repeats are counted in {crash.zone}'s row")
-    else:
-        again = "live Workers delivered {} again{}: {}".format(_all(crash), span, ", ".join(
-            f"{n} in {zone}" for zone, n in crash.redelivered_in.items()))
-    out.print(f"{held} Its heartbeats stopped, so their {crash.lease_ms} ms leases ran out; "
-              f"{crash.zone}'s lease sweeps put them back in the same shard, and {again}.")
+def _calls(options: DemoOptions, topology: Topology, tracker: Tracker) -> list[ApiCall]:
+    """The dynoqueue calls of the run, as written in :mod:`dynoqueue.demo.run`, with what they
+    did."""
+    calls = tracker.calls
+    where = ("the primary for writes, reads local"
+             if topology.replica_urls else "both connections on the one server")
+    workers = options.consumers_per_zone * len(ZONES)
+    handled = sum(tracker.handled.values())
+    out = [
+        ApiCall("RedisQueues.from_url(...)",
+                f"{_n(calls['from_url'], 'factory', 'factories')}, one per zone; {where}"),
+        ApiCall("queues.get(name, policy)",
+                f'"{QUEUE_NAME}" in each zone, QueuePolicy(max_deliveries='
+                f'{options.max_deliveries})'),
+        ApiCall("queue.push(messages)",
+                f"{_n(calls['push'], 'call')} by the {len(AIRPORT_ZONES)} producers: "
+                f"{calls['pushed']} messages, timeout = ms until due"),
+        ApiCall("Worker(queue, handler, ...)",
+                f"{_n(workers, 'Worker')} in threads, concurrency {options.concurrency}: "
+                f"{_n(handled, 'handler call')}"),
+        ApiCall("raise Retry(delay_ms)",
+                f"{_n(sum(tracker.postponed.values()), 'late flight')} postponed by their "
+                f"dep_delay"),
+        ApiCall("raise SmsGatewayTimeout()",
+                f"{_n(sum(tracker.retried.values()), 'send')} retried, "
+                f"Backoff(initial_ms={options.retry_backoff_ms})"),
+        ApiCall("raise DeadLetterNow(reason)",
+                f"{_n(len(tracker.dead), 'cancelled flight')} dead-lettered"),
+    ]
+    if options.crash_batch:
+        out.append(ApiCall("dynoqueue worker ...:hold",
+                           f"1 process in {options.crash_zone}, SIGKILLed holding "
+                           f"{_n(len(tracker.crashed), 'reminder')}"))
+    out += [
+        ApiCall("worker.stop()", "at the end: each Worker drains and stops"),
+        ApiCall("queue.dead_letters()", "at the end: the dead letters, listed above"),
+        ApiCall("unack reprocessor",
+                f"every {options.unack_handler_interval_ms} ms (and the Workers' sweeps): "
+                f"expired leases back"),
+        ApiCall("queue.shard_sizes()", "at the end: what is left in each zone's shard"),
+    ]
+    return out
 
 
-_HANDLER_COLUMNS: tuple[str, ...] = ("zone", "handler\ncalls", "sent", "postponed", "retried",
-                                     "dead-\nlettered")
-
-
-def _print_handlers(out: Any, report: DemoReport) -> None:
-    from rich import box
-    from rich.table import Table
-
-    out.print("[bold]what the live Workers' handler did[/] (each call ends one way)")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    for i, header in enumerate(_HANDLER_COLUMNS):
-        table.add_column(header, justify="left" if i == 0 else "right", vertical="bottom",
-                         no_wrap=True)
-    rows = [*report.zones, report.total]
-    for i, row in enumerate(rows):
-        table.add_row(row.zone, str(row.handled), str(row.acked), str(row.postponed),
-                      str(row.retried), str(row.dead_lettered), end_section=i == len(rows) - 2,
-                      style="bold" if row is report.total else None)
-    out.print(table)
-    out.print(
-        "[dim]sent: the handler returned; the Worker acked. postponed: the flight left late "
-        "(dep_delay), so the handler raised Retry(delay) to remind that much later. retried: "
-        "the simulated SMS gateway timed out on a first send; the Worker nacked with backoff. "
-        "dead-lettered: a cancelled flight (no dep_time); the handler raised DeadLetterNow.[/]"
-    )
-    if report.dead_letters:
-        out.print(f"dead letters ({len(report.dead_letters)}, queue.dead_letters()): "
-                  + ", ".join(report.dead_letters))
-
-
-def _all(crash: CrashInfo) -> str:
-    return f"all {crash.held}" if crash.recovered == crash.held else (
-        f"{crash.recovered} of the {crash.held}")
-
-
-def _print_calls(out: Any, report: DemoReport) -> None:
-    from rich.table import Table
-
-    out.print(f"[bold]what the demo did[/] (code: {SOURCE_FILE})")
-    calls = Table.grid(padding=(0, 2))
-    calls.add_column(no_wrap=True)
-    calls.add_column()
-    for call in report.calls:
-        calls.add_row(f"  {call.call}", call.what)
-    out.print(calls)
-
-
-def _ms(value: int | None) -> str:
-    return "-" if value is None else str(value)
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
