@@ -40,8 +40,9 @@ from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.asyncio import Worker as AsyncWorker
 from dynoqueue.embedded import RedisServer
 from dynoqueue.worker import WorkerHooks
-from dynoqueue.worker.engine import MAX_PREFETCH, Handle, Pop, Wait, WorkerEngine
+from dynoqueue.worker.engine import MAX_PREFETCH, WorkerEngine
 from dynoqueue.worker.outcomes import decide
+from dynoqueue.worker.program import Handle, Pop, Wait
 from dynoqueue.worker.settings import WorkerSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

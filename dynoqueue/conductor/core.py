@@ -2,18 +2,19 @@
 dynoqueue calls, and the shaping of their results.
 
 Each operation is a generator, in the manner of :mod:`dynoqueue.core`: it checks and converts
-its arguments, yields a :class:`Call` for each queue (or client) call, receives the call's
-result (or its error, thrown in at the ``yield``), and returns the DAO's result.
+its arguments, yields a queue-level :class:`~dynoqueue.core.calls.Call` for each queue call
+(listing the queues: each client call), receives the call's result (or its error, thrown in at
+the ``yield``), and returns the DAO's result.
 :class:`~dynoqueue.conductor.DynoQueueDAO` makes the calls, :class:`AsyncDynoQueueDAO` awaits
 them; that is all that differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-from ..core.calls import Call, DaoOp
+from ..core.calls import Call, CallOp
 from ..core.listing import queue_names
 from ..errors import (
     ConfigurationError,
@@ -64,29 +65,28 @@ class DaoCore:
         self.queues = queues
 
     def _call(self, queue_name: str, method: str, *args: Any, **kwargs: Any) -> Call:
-        fn: Callable[..., Any] = getattr(self.queues.get(queue_name), method)
-        return Call(fn, *args, **kwargs)
+        return Call.of(self.queues.get(queue_name), method, *args, **kwargs)
 
     @staticmethod
     def _message(id: str, delay_s: int, prio: int, delay_name: str = "offset_time_s") -> Message:
         return Message(message_id(id), None, seconds(delay_name, delay_s), priority(prio))
 
-    def push(self, queue_name: str, id: str, offset_time_s: int, prio: int) -> DaoOp[None]:
+    def push(self, queue_name: str, id: str, offset_time_s: int, prio: int) -> CallOp[None]:
         message = self._message(id, offset_time_s, prio)
         yield self._call(queue_name, "push", [message])
 
-    def push_messages(self, queue_name: str, messages: Iterable[Message]) -> DaoOp[None]:
+    def push_messages(self, queue_name: str, messages: Iterable[Message]) -> CallOp[None]:
         if isinstance(messages, Message | str) or not isinstance(messages, Iterable):
             raise InvalidMessageError(f"messages must be an iterable of Message, got "
                                       f"{type(messages).__name__}")
         yield self._call(queue_name, "push", list(messages))
 
     def push_if_not_exists(self, queue_name: str, id: str, offset_time_s: int,
-                           prio: int) -> DaoOp[bool]:
+                           prio: int) -> CallOp[bool]:
         message = self._message(id, offset_time_s, prio)
         return bool((yield self._call(queue_name, "ensure", message)))
 
-    def poll_messages(self, queue_name: str, count: int, timeout_ms: int) -> DaoOp[list[Message]]:
+    def poll_messages(self, queue_name: str, count: int, timeout_ms: int) -> CallOp[list[Message]]:
         int_at_least("count", count, 0)
         wait_ms = milliseconds("timeout_ms", timeout_ms)
         # min_count=1: a workflow engine's poll must not hold due work back to fill a batch.
@@ -94,33 +94,33 @@ class DaoCore:
                                                    min_count=1)
         return messages
 
-    def pop(self, queue_name: str, count: int, timeout_ms: int) -> DaoOp[list[str]]:
+    def pop(self, queue_name: str, count: int, timeout_ms: int) -> CallOp[list[str]]:
         messages = yield from self.poll_messages(queue_name, count, timeout_ms)
         return [m.id for m in messages]
 
-    def by_id(self, queue_name: str, method: str, id: str, *args: Any) -> DaoOp[Any]:
+    def by_id(self, queue_name: str, method: str, id: str, *args: Any) -> CallOp[Any]:
         """One call on one message: ``method(id, *args)`` (remove, ack, contains, ...)."""
         return (yield self._call(queue_name, method, message_id(id), *args))
 
     def set_unack_timeout(self, queue_name: str, id: str, unack_timeout_ms: int,
-                          only_if_shorter: bool) -> DaoOp[bool]:
+                          only_if_shorter: bool) -> CallOp[bool]:
         lease_ms = milliseconds("unack_timeout_ms", unack_timeout_ms)
         method = "set_unack_timeout_if_shorter" if only_if_shorter else "set_unack_timeout"
         return bool((yield from self.by_id(queue_name, method, id, lease_ms)))
 
-    def on_queue(self, queue_name: str, method: str) -> DaoOp[Any]:
+    def on_queue(self, queue_name: str, method: str) -> CallOp[Any]:
         """One call on the whole queue (size, clear, process_unacks)."""
         return (yield self._call(queue_name, method))
 
     def set_offset_time(self, queue_name: str, id: str, offset_time_s: int,
-                        release_leased: bool) -> DaoOp[bool]:
+                        release_leased: bool) -> CallOp[bool]:
         delay_ms = seconds("offset_time_s", offset_time_s)
         # set_timeout changes waiting messages only; postpone also ends a lease. Both keep the
         # priority and are one script each.
         method = "postpone" if flag("release_leased", release_leased) else "set_timeout"
         return bool((yield from self.by_id(queue_name, method, id, delay_ms)))
 
-    def postpone(self, queue_name: str, id: str, prio: int, postpone_s: int) -> DaoOp[bool]:
+    def postpone(self, queue_name: str, id: str, prio: int, postpone_s: int) -> CallOp[bool]:
         message = self._message(id, postpone_s, prio, "postpone_s")
         for _ in range(POSTPONE_ATTEMPTS):
             # Each step is one script: the message is moved if it is there, else pushed if it
@@ -135,7 +135,7 @@ class DaoCore:
                                   f"message {id!r} kept appearing and vanishing during "
                                   f"{POSTPONE_ATTEMPTS} attempts")
 
-    def queues_detail(self, method: str) -> DaoOp[dict[str, Any]]:
+    def queues_detail(self, method: str) -> CallOp[dict[str, Any]]:
         """``{name: queue.method()}`` for every queue in Redis under the factory's prefix."""
         names = yield from queue_names(self.queues, "queues_detail")
         detail: dict[str, Any] = {}

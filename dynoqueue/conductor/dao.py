@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from ..asyncio import RedisQueues as AsyncRedisQueues
-from ..core.calls import DaoOp, outcome, outcome_async
+from ..core.calls import CallOp, outcome, outcome_async
 from ..core.requests import Step
 from ..errors import ConfigurationError
 from ..model.message import Message
@@ -46,7 +46,7 @@ class DynoQueueDAO(QueueDAO):
         self._core = _check_factory(queues, RedisQueues, "DynoQueueDAO")
         self.queues = queues
 
-    def _run(self, op: DaoOp[T]) -> T:
+    def _run(self, op: CallOp[T]) -> T:
         step = Step(op)
         while step.pending:
             step.send(*outcome(step.request))
@@ -128,7 +128,7 @@ class AsyncDynoQueueDAO:
         self._core = _check_factory(queues, AsyncRedisQueues, "AsyncDynoQueueDAO")
         self.queues = queues
 
-    async def _run(self, op: DaoOp[T]) -> T:
+    async def _run(self, op: CallOp[T]) -> T:
         step = Step(op)
         while step.pending:
             step.send(*(await outcome_async(step.request)))

@@ -7,11 +7,11 @@ are all leased (its waiting sets are then gone) or dead. On a
 Cluster the SCAN runs on every primary. The queues the factory opened are listed too, empty
 or not, as Conductor's DAO listed them.
 
-A call-driven operation (:mod:`dynoqueue.core.calls`), not one of the drivers' requests
-(:mod:`dynoqueue.core.requests`): it SCANs each Cluster primary in turn (``target_nodes``), and
-initialises an asyncio Cluster client first, which no request can express; the metrics' read
-counts its SCAN pages. Used by both factories' ``discover_queues``, the Conductor DAO and the
-metrics.
+A call-driven operation (queue-level calls, :mod:`dynoqueue.core.calls`), not one of the
+drivers' Redis-level requests (:mod:`dynoqueue.core.requests`): it SCANs each Cluster primary
+in turn (``target_nodes``), and initialises an asyncio Cluster client first, which no request
+can express; the metrics' read counts its SCAN pages. Used by both factories'
+``discover_queues``, the Conductor DAO and the metrics.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from redis.exceptions import (
 )
 
 from ..errors import AccessDeniedError, RedisOperationError
-from .calls import Call, DaoOp
+from .calls import Call, CallOp
 
 #: Keys asked per SCAN call (a hint to the server, not a limit).
 SCAN_COUNT = 1000
 _GLOB_SPECIAL = frozenset("*?[]\\")
 
 
-def queue_names(queues: Any, operation: str) -> DaoOp[list[str]]:
+def queue_names(queues: Any, operation: str) -> CallOp[list[str]]:
     """The names of every queue of ``queues`` (a RedisQueues of either API), sorted.
 
     Raises:
@@ -85,21 +85,21 @@ def _queue_name(key: Any, key_prefix: str, tagged: bool) -> str | None:
     return name or None
 
 
-def _scan_primaries(client: Any, pattern: str) -> DaoOp[list[Any]]:
+def _scan_primaries(client: Any, pattern: str) -> CallOp[list[Any]]:
     if not client.get_primaries():  # an asyncio Cluster client learns its nodes when first used
-        yield Call(client.initialize)
+        yield Call.of(client, "initialize")
     keys: list[Any] = []
     for node in client.get_primaries():
         keys += yield from _scan(client, pattern, target_nodes=node)
     return keys
 
 
-def _scan(client: Any, pattern: str, **route: Any) -> DaoOp[list[Any]]:
+def _scan(client: Any, pattern: str, **route: Any) -> CallOp[list[Any]]:
     keys: list[Any] = []
     cursor: Any = 0
     while True:
-        cursor, batch = yield Call(client.scan, cursor, match=pattern, count=SCAN_COUNT,
-                                   **route)
+        cursor, batch = yield Call.of(client, "scan", cursor, match=pattern, count=SCAN_COUNT,
+                                      **route)
         if isinstance(cursor, dict):  # a Cluster client answers {node name: cursor}
             (cursor,) = cursor.values()
         keys += batch

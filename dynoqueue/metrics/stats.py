@@ -166,13 +166,13 @@ def _read(queues: Any, names: Sequence[str] | None, cost: ReadCost
         return []
     client = queues.non_quorum_conn
     try:
-        seconds, micros = yield Call(client.execute_command, "TIME")
+        seconds, micros = yield Call.of(client, "execute_command", "TIME")
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         commands = plan(queues, names, now_ms)
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
-        replies = yield Call(pipe.execute)
+        replies = yield Call.of(pipe, "execute")
     except (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError) as exc:
         raise AccessDeniedError("stats", "TIME", str(exc)) from exc
     except (RedisError, RedisClusterException) as exc:

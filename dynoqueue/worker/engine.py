@@ -8,10 +8,12 @@ Three kinds of programs (generators) make a worker:
   hand (one round trip per heartbeat), puts back expired leases of the local shard, and ends
   the worker when its shutdown is done (:meth:`WorkerEngine.finisher`).
 
-They yield requests (:class:`Call`, :class:`Pop`, :class:`Wait`, :class:`Handle`) that a driver
-answers: threads in :mod:`dynoqueue.worker.threads`, asyncio tasks in
-:mod:`dynoqueue.worker.tasks`. What they decide (how many to claim, backoff, retry or dead
-letter, when to beat, the shutdown phases) is here, under one lock, so both Workers behave alike.
+They yield requests (queue-level calls, :class:`Wait`, :class:`Handle`: see
+:mod:`dynoqueue.worker.program`) that a driver answers: threads in
+:mod:`dynoqueue.worker.threads`, asyncio tasks in :mod:`dynoqueue.worker.tasks`. What they
+decide (how many to claim, backoff, retry or dead letter, when to beat, the shutdown phases) is
+here, under one lock, so both Workers behave alike; what the finisher's calls send and what
+their replies mean is in :mod:`dynoqueue.worker.sends`.
 
 Shutdown phases: RUNNING -> (stop) DRAINING: no new claims, messages leased but not started are
 given back uncounted (release), running handlers finish and are acked, heartbeats go on ->
@@ -27,19 +29,17 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Callable
 
 from ..errors import QueueClosedError
 from ..model.message import Message
-from ..model.states import MessageState
 from .outcomes import ACK, Decision, decide, describe
+from .program import ROLES, Handle, Pop, Program, Wait
+from .sends import Sender
 from .settings import MAX_BATCH, WorkerSettings
 
 log = logging.getLogger("dynoqueue.worker")
 
-#: The roles a program waits as; a driver keeps one wake-up per role.
-ROLES = ("claimer", "slots", "finisher", "stop")
 #: With the queue busy and handlers fast, prefetch what the handlers should start within this
 #: long (seconds; at most a tenth of the lease), and at most this many messages. The window is
 #: the rule (a prefetched message starts within ~100 ms at the handlers' recent pace; its lease
@@ -70,80 +70,6 @@ class Phase(enum.Enum):
     DRAINING = "draining"
     FINAL = "final"
     STOPPED = "stopped"
-
-
-class Call:
-    """A call of the queue: ``queue.<name>(*args, **kwargs)``, awaited by the asyncio driver;
-    the reply is its result, or its exception is thrown into the program."""
-
-    __slots__ = ("args", "kwargs", "name")
-
-    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.name = name
-        self.args = args
-        self.kwargs = kwargs
-
-    def on(self, queue: Any) -> Any:
-        """Make the call on ``queue`` (a coroutine for an asyncio queue)."""
-        return getattr(queue, self.name)(*self.args, **self.kwargs)
-
-
-class Pop(Call):
-    """The claim: ``queue.pop(count, wait_ms, lease_ms=..., min_count=1)``, which returns as
-    soon as anything is leased. The asyncio driver cancels it when the worker stops (the queue
-    then puts back what it leased); the thread driver bounds its wait instead."""
-
-    def __init__(self, count: int, wait_ms: int, lease_ms: int | None) -> None:
-        super().__init__("pop", count, wait_ms, lease_ms=lease_ms, min_count=1)
-
-
-class Wait:
-    """Wait until the engine wakes ``role`` (its epoch moves past ``epoch``) or ``timeout_s``
-    passes; the reply is ignored."""
-
-    __slots__ = ("epoch", "role", "timeout_s")
-
-    def __init__(self, role: str, epoch: int, timeout_s: float) -> None:
-        self.role = role
-        self.epoch = epoch
-        self.timeout_s = timeout_s
-
-
-class Handle:
-    """Run the handler on ``message``; the reply is what it raised, or None. Never thrown."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: Message) -> None:
-        self.message = message
-
-
-Request = Call | Wait | Handle
-Program = Generator[Request, Any, None]
-
-
-class Step:
-    """Advances one program: ``request`` is what it waits for while ``pending``; feed the
-    reply with :meth:`send` (or the error with ``send(None, error)``).
-
-    The drivers' loops are ``while step.pending: step.send(*answer(step.request))``.
-    """
-
-    __slots__ = ("_program", "pending", "request")
-
-    def __init__(self, program: Program) -> None:
-        self._program = program
-        self.pending = True
-        self.request: Any = None
-        self.send(None)
-
-    def send(self, reply: Any, error: BaseException | None = None) -> None:
-        """Resume the program with a reply, or raise ``error`` at its yield."""
-        try:
-            self.request = (self._program.send(reply) if error is None
-                            else self._program.throw(error))
-        except StopIteration:
-            self.pending = False
 
 
 _Lease = tuple[str, str | None]
@@ -221,6 +147,7 @@ class WorkerEngine:
         self._deadline = 0.0
         #: Handlers still running when the worker gave up waiting for them.
         self.left_running = 0
+        self._send = Sender(settings, self._heartbeat_failed)
 
     # ------------------------------------------------------------------------- state
 
@@ -354,7 +281,7 @@ class WorkerEngine:
         self._ring_all(roles)
         if self.settings.hooks is not None:
             for message in messages:
-                self._hook("on_delivered", message)
+                self._send.hook("on_delivered", message)
 
     # ------------------------------------------------------------------------- a slot
 
@@ -445,7 +372,7 @@ class WorkerEngine:
                         "stays leased and is delivered again", self.settings.queue_name,
                         message.id)
         if self.settings.hooks is not None:
-            self._hook("on_handler_duration", message, end - started)
+            self._send.hook("on_handler_duration", message, end - started)
 
     # ------------------------------------------------------------------------- the finisher
 
@@ -453,16 +380,17 @@ class WorkerEngine:
         """Send results, heartbeats and sweeps; return once the worker has stopped."""
         while True:
             work = self._finisher_work()
+            send = self._send
             if work.acks:
-                yield from self._send_acks(work.acks)
+                yield from send.acks(work.acks)
             for message, decision in work.failures:
-                yield from self._send_decision(message, decision)
+                yield from send.decision(message, decision)
             if work.releases:
-                yield from self._send_releases(work.releases)
+                yield from send.releases(work.releases)
             if work.heartbeat:
-                yield from self._send_heartbeat(work.heartbeat)
+                yield from send.heartbeat(work.heartbeat)
             if work.sweep:
-                yield from self._send_sweep()
+                yield from send.sweep()
             if work.done:
                 return
             if work.wait_s is not None:
@@ -519,104 +447,7 @@ class WorkerEngine:
             due.append(self._deadline)
         return max(0.0, min(due) - now)
 
-    def _send_acks(self, acks: list[Message]) -> Program:
-        name = self.settings.queue_name
-        try:
-            acked = yield Call("ack_many", acks)
-        except Exception as exc:
-            log.error("queue %s: acking %d messages failed (%s); they will be delivered again",
-                      name, len(acks), describe(exc))
-            return
-        if acked < len(acks):
-            log.warning("queue %s: %d of %d acks found the lease gone (it had run out and the "
-                        "message was put back: it is delivered again)", name,
-                        len(acks) - acked, len(acks))
-        if self.settings.hooks is not None:
-            for message in acks:
-                self._hook("on_acked", message)
-
-    def _send_decision(self, message: Message, decision: Decision) -> Program:
-        name, mid, n = self.settings.queue_name, message.id, message.deliveries
-        try:
-            if decision.action == "dead_letter":
-                ended = yield Call("dead_letter", mid, decision.reason, receipt=message.receipt)
-            else:
-                ended = yield Call("nack", mid, decision.delay_ms, error=decision.error,
-                                   receipt=message.receipt)
-        except Exception as exc:
-            log.error("queue %s: ending the lease of message %s failed (%s); it will be "
-                      "delivered again after its lease", name, mid, describe(exc))
-            return
-        if not ended:
-            log.warning("queue %s: message %s (delivery %d): its lease was gone (run out and "
-                        "put back), so it is delivered again", name, mid, n)
-            return
-        if decision.action == "dead_letter":
-            log.warning("queue %s: message %s (delivery %d) dead-lettered by its handler: %s",
-                        name, mid, n, decision.reason)
-            self._hook("on_dead_lettered", message, decision.reason, None)
-            return
-        # The queue dead-letters a nack of the last allowed delivery; only it knows the limit.
-        state = None
-        try:
-            state = yield Call("state", mid)
-        except Exception as exc:
-            log.debug("queue %s: state of %s unknown after its nack: %s", name, mid, exc)
-        if state is MessageState.DEAD:
-            log.error("queue %s: message %s failed on delivery %d, its last allowed: "
-                      "dead-lettered; %s", name, mid, n, decision.error)
-            self._hook("on_dead_lettered", message, "max_deliveries", decision.error)
-            return
-        if decision.asked:
-            log.info("queue %s: message %s (delivery %d) retries in %d ms%s", name, mid, n,
-                     decision.delay_ms, f": {decision.error}" if decision.error else "")
-        else:
-            log.warning("queue %s: message %s failed on delivery %d: %s; due again in %d ms",
-                        name, mid, n, decision.error, decision.delay_ms)
-        self._hook("on_nacked", message, decision.delay_ms, decision.error)
-
-    def _send_releases(self, releases: list[Message]) -> Program:
-        try:
-            ended = yield Call("release", releases)
-        except Exception as exc:
-            log.error("queue %s: giving back %d unstarted messages failed (%s); they come "
-                      "back after their lease", self.settings.queue_name, len(releases),
-                      describe(exc))
-            return
-        log.info("queue %s: gave back %d messages leased but not started",
-                 self.settings.queue_name, ended)
-        for message in releases:
-            self._hook("on_nacked", message, 0, None)
-
-    def _send_heartbeat(self, messages: list[Message]) -> Program:
-        try:
-            extended = yield Call("set_unack_timeout_many", messages, self.settings.lease_ms)
-        except Exception as exc:
-            with self._lock:
-                self._next_heartbeat = min(self._next_heartbeat,
-                                           self._clock() + HEARTBEAT_RETRY_S)
-            log.warning("queue %s: extending %d leases failed (%s); trying again soon",
-                        self.settings.queue_name, len(messages), describe(exc))
-            return
-        if extended < len(messages):
-            log.warning("queue %s: %d of %d leases in hand were gone at the heartbeat; those "
-                        "messages are delivered again", self.settings.queue_name,
-                        len(messages) - extended, len(messages))
-
-    def _send_sweep(self) -> Program:
-        try:
-            yield Call("process_unacks")
-        except Exception as exc:
-            log.warning("queue %s: putting back expired leases failed: %s",
-                        self.settings.queue_name, describe(exc))
-
-    # ------------------------------------------------------------------------- hooks
-
-    def _hook(self, name: str, *args: Any) -> None:
-        hooks = self.settings.hooks
-        if hooks is None:
-            return
-        try:
-            getattr(hooks, name)(*args)
-        except Exception as exc:
-            log.warning("worker hook %s raised %s", name, describe(exc))
+    def _heartbeat_failed(self) -> None:
+        """The next heartbeat comes soon (HEARTBEAT_RETRY_S)."""
+        with self._lock:
+            self._next_heartbeat = min(self._next_heartbeat, self._clock() + HEARTBEAT_RETRY_S)

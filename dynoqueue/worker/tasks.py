@@ -10,9 +10,12 @@ import threading
 from types import TracebackType
 from typing import Any
 
+from ..core.calls import Call
+from ..core.requests import Step
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Call, Handle, Phase, Pop, Program, Step, Wait
+from .engine import Phase
+from .program import ROLES, Handle, Pop, Program, Wait
 
 #: A slot task lets the loop run after this many handlers in a row (see Worker._drive), and
 #: this many times in a row after the claimer or the finisher was woken.
@@ -164,7 +167,7 @@ class Worker(WorkerBase):
             return None, exc
 
     async def _call(self, request: Call) -> Any:
-        return await request.on(self.queue)
+        return await request.make(self.queue)
 
     async def _wait(self, request: Wait) -> None:
         if self._engine.epoch(request.role) != request.epoch:
@@ -188,7 +191,7 @@ class Worker(WorkerBase):
                 await event.wait()
 
     async def _pop(self, request: Pop) -> list[Message]:
-        pop: asyncio.Future[list[Message]] = asyncio.ensure_future(request.on(self.queue))
+        pop: asyncio.Future[list[Message]] = asyncio.ensure_future(request.make(self.queue))
         if self._stopping.is_set():
             pop.cancel()
         self._popping = pop  # a stop cancels it (see _ring), which puts back its leases

@@ -9,9 +9,10 @@ import time
 from types import TracebackType
 from typing import Any
 
+from ..core.requests import Step
 from ..model.message import Message
 from .base import STOP_SIGNALS, WorkerBase
-from .engine import ROLES, Handle, Program, Step, Wait
+from .program import ROLES, Handle, Program, Wait
 
 #: How often run() looks at the stop signals received, seconds.
 SIGNAL_POLL_S = 0.1
@@ -209,7 +210,7 @@ class Worker(WorkerBase):
             if type(request) is Wait:
                 self._wait(request)
                 return None, None
-            return request.on(self.queue), None
+            return request.make(self.queue), None
         except Exception as exc:  # the program decides what it means
             return None, exc
 
