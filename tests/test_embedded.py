@@ -34,7 +34,8 @@ from dynoqueue.embedded import (
     zone_ring,
 )
 from dynoqueue.embedded import binary as embedded_binary
-from dynoqueue.embedded import server as embedded_server
+from dynoqueue.embedded import ports as embedded_ports
+from dynoqueue.embedded import process as embedded_process
 from dynoqueue.errors import DynomiteNotFoundError, InvalidArgumentError, RedisServerNotFoundError
 
 REPLICATION_BOUND_S = 5.0
@@ -78,9 +79,9 @@ def _poll(predicate: object, timeout_s: float = REPLICATION_BOUND_S) -> bool:
 @pytest.fixture(autouse=True)
 def no_leaked_servers() -> Iterator[None]:
     """Every test must leave no server of this module running."""
-    before = list(embedded_server._live_servers)
+    before = list(embedded_process._live_servers)
     yield
-    leaked = [server for server in embedded_server._live_servers if server not in before]
+    leaked = [server for server in embedded_process._live_servers if server not in before]
     for server in leaked:
         server.stop()
     assert not leaked, f"servers left running: {leaked}"
@@ -198,13 +199,13 @@ def test_picked_ports_are_below_the_ephemeral_range() -> None:
 def test_a_port_picked_but_not_bound_yet_is_not_picked_again(monkeypatch) -> None:
     """A topology picks all its nodes' ports before it starts any: a later pick must not land
     on an earlier one, nor on an earlier pick's cluster bus port (both still bindable)."""
-    first = embedded_server.free_port(offset=10_000)
-    others = [p for p in range(first + 1, first + 400) if embedded_server._bindable(p)]
+    first = embedded_ports.free_port(offset=10_000)
+    others = [p for p in range(first + 1, first + 400) if embedded_ports._bindable(p)]
     draws = iter([first, first + 10_000, *others])
-    monkeypatch.setattr(embedded_server.random, "randrange", lambda *_: next(draws))
-    second = embedded_server.free_port()
+    monkeypatch.setattr(embedded_ports.random, "randrange", lambda *_: next(draws))
+    second = embedded_ports.free_port()
     assert second == others[0]  # not the first pick, not its bus port
-    assert embedded_server.free_port() == others[1]
+    assert embedded_ports.free_port() == others[1]
 
 
 def test_an_explicit_port_that_is_taken_fails_clearly() -> None:
@@ -471,17 +472,17 @@ while True:  # reap the orphaned redis-server, whatever happens
 def test_server_dies_with_its_parent_process(how: str) -> None:
     """Both ways of tying a server to its parent: setpriv's --pdeathsig (no Python runs in
     the child between fork and exec) and, where setpriv is missing, a preexec_fn."""
-    from dynoqueue.embedded import server as embedded_server
+    from dynoqueue.embedded import process as embedded_process
 
-    if how == "setpriv" and embedded_server._setpriv() is None:
+    if how == "setpriv" and embedded_process._setpriv() is None:
         pytest.skip("no setpriv with --pdeathsig here")
     child = textwrap.dedent(
         f"""
         import os
-        from dynoqueue.embedded import RedisServer, server as embedded_server
+        from dynoqueue.embedded import RedisServer, process as embedded_process
         if {how == "preexec_fn"}:
-            embedded_server._setpriv = lambda: None  # as on a machine without setpriv
-        command, preexec = embedded_server.with_parent(["redis-server"])
+            embedded_process._setpriv = lambda: None  # as on a machine without setpriv
+        command, preexec = embedded_process.with_parent(["redis-server"])
         assert (preexec is None) == {how == "setpriv"}, (command, preexec)
         server = RedisServer().start()
         print(server.pid, server.directory, flush=True)

@@ -36,8 +36,10 @@ Every server started here is stopped when its context manager exits, when :meth:
 is called, at interpreter exit (an :mod:`atexit` hook) and, on Linux, when the Python process dies
 (``PR_SET_PDEATHSIG``).
 
-Modules: :mod:`~dynoqueue.embedded.binary` (finding the binary), :mod:`~dynoqueue.embedded.server`
-(one server, process bookkeeping), :mod:`~dynoqueue.embedded.topology` (the base class),
+Modules: :mod:`~dynoqueue.embedded.binary` (finding the binary), :mod:`~dynoqueue.embedded.ports`
+(picking free ports), :mod:`~dynoqueue.embedded.process` (running one server process, and the
+process bookkeeping), :mod:`~dynoqueue.embedded.server` (one redis-server: address, clients,
+configuration), :mod:`~dynoqueue.embedded.topology` (the base class of the topologies),
 :mod:`~dynoqueue.embedded.ring`, :mod:`~dynoqueue.embedded.sentinel`,
 :mod:`~dynoqueue.embedded.cluster`, :mod:`~dynoqueue.embedded.dynomite` and
 :mod:`~dynoqueue.embedded.tls`.

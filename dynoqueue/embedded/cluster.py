@@ -10,7 +10,8 @@ from typing import Any
 
 import redis
 
-from dynoqueue.embedded.server import _LOCALHOST, RedisServer, _free_cluster_port
+from dynoqueue.embedded.ports import _LOCALHOST, _free_cluster_port
+from dynoqueue.embedded.server import RedisServer
 from dynoqueue.embedded.tls import TlsFiles
 from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import InvalidArgumentError, RedisServerStartError

@@ -31,14 +31,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dynoqueue.embedded.binary import executable_path
-from dynoqueue.embedded.server import (
-    _LOCALHOST,
-    _PORT_ATTEMPTS,
-    RedisServer,
-    _tail,
-    free_port,
-    with_parent,
-)
+from dynoqueue.embedded.ports import _LOCALHOST, _PORT_ATTEMPTS, free_port
+from dynoqueue.embedded.process import _tail, with_parent
+from dynoqueue.embedded.server import RedisServer
 from dynoqueue.embedded.topology import Topology
 from dynoqueue.errors import DynomiteNotFoundError, InvalidArgumentError, RedisServerStartError
 
