@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,21 +182,40 @@ def _limit_row(label: str, stats: dict[str, Any] | None) -> list[str]:
 def tables(results: dict[str, Any]) -> list[Table]:
     """Every table of the report, in order (workloads 1-6, ratios, goals)."""
     opts = results["meta"]["options"]
-    libs = [lib for lib in opts["libraries"]]
-    enq, con, late = results["enqueue"], results["consume"], results["lateness"]
-    limits = results["limits"]
+    if "core" not in opts.get("sections", ["core"]):
+        return [*section_tables(results), goals_table(results)]
+    k = key_figures(results)
+    out: list[Table] = [_enqueue_table(results, k)]
+    paired = _paired_table(results)
+    if paired is not None:
+        out.append(paired)
+    out += [_dequeue_table(results, k), _lateness_table(results)]
+    depth = _depth_table(results)
+    if depth is not None:
+        out.append(depth)
+    out += [_memory_table(results), _commands_table(results)]
+    asyncio_table = _asyncio_table(results, k)
+    if asyncio_table is not None:
+        out.append(asyncio_table)
+    out += section_tables(results)
+    out.append(goals_table(results))
+    return out
+
+
+def _consumer_rows(libs: list[str]) -> list[str]:
+    """The libraries of the dequeue tables, with dynoqueue's pop(1) row after dynoqueue."""
+    return [*libs[:1], "dynoqueue pop(1)", *libs[1:]] if "dynoqueue" in libs else libs
+
+
+def _enqueue_table(results: dict[str, Any], k: dict[str, Any]) -> Table:
+    opts = results["meta"]["options"]
+    enq, limits = results["enqueue"], results["limits"]
     mix = limits.get("redis_benchmark_mix", {})
     rawpy = limits.get("raw_python", {})
     lua = limits.get("server_lua", {})
-    k = key_figures(results)
-    runs = opts["runs"]
-    out: list[Table] = []
-    if "core" not in opts.get("sections", ["core"]):
-        return [*section_tables(results), goals_table(results)]
-
     t = Table("1. Enqueue, messages delayed by 1 h (msgs/s)",
               ["library", "one per call", "bulk", "bulk API"])
-    for lib in libs:
+    for lib in opts["libraries"]:
         t.rows.append([lib, fmt(enq.get(lib, {}).get("single")),
                        fmt(enq.get(lib, {}).get("batched")),
                        results["libraries"].get(lib, {}).get("batch_api", "") or NA])
@@ -206,7 +226,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
                    "redis-benchmark -P 64, 1 connection"])
     t.rows.append(["raw redis-py pipeline HSET+ZADD", "", fmt({"rate": rawpy.get("push")}),
                    "500 msgs per round trip"])
-    t.notes = [f"median of {runs} run(s) [min-max]; dynoqueue {opts['dq_enqueue']:,} msgs "
+    t.notes = [f"median of {opts['runs']} run(s) [min-max]; dynoqueue {opts['dq_enqueue']:,} msgs "
                f"bulk / {opts['dq_enqueue_single']:,} one per call, peers "
                f"{opts['peer_enqueue']:,} / {opts['peer_enqueue_single']:,}",
                f"dynoqueue bulk = {ratio(k['dq_push_batched'], k['best_peer_enqueue'][1])} "
@@ -216,16 +236,19 @@ def tables(results: dict[str, Any]) -> list[Table]:
                f"{ratio(k['dq_push_batched'], k['raw_push'])} of raw redis-py; dynoqueue one "
                f"per call = {ratio(k['dq_push_single'], k['best_peer_single'][1])} the best "
                f"peer's one per call ({k['best_peer_single'][0]})"]
-    out.append(t)
-    paired = _paired_table(results)
-    if paired is not None:
-        out.append(paired)
+    return t
 
+
+def _dequeue_table(results: dict[str, Any], k: dict[str, Any]) -> Table:
+    opts = results["meta"]["options"]
+    con, limits = results["consume"], results["limits"]
+    mix = limits.get("redis_benchmark_mix", {})
+    rawpy = limits.get("raw_python", {})
+    lua = limits.get("server_lua", {})
     t = Table("2. Dequeue + ack of due messages (msgs/s)",
               ["library", "1 consumer process", f"{opts['procs']} consumer processes",
                "consumer"])
-    rows = [*libs[:1], "dynoqueue pop(1)", *libs[1:]] if "dynoqueue" in libs else libs
-    for lib in rows:
+    for lib in _consumer_rows(opts["libraries"]):
         info = results["libraries"].get(lib, {})
         consumer = info.get("consumer", "") if lib != "dynoqueue pop(1)" else \
             "pop(1) + ack(id): one message per call"
@@ -250,8 +273,12 @@ def tables(results: dict[str, Any]) -> list[Table]:
                f"{opts['procs']} processes = "
                f"{ratio(k['dq_consume_several'], k['best_peer_several'][1])} the best peer "
                f"({k['best_peer_several'][0]})"]
-    out.append(t)
+    return t
 
+
+def _lateness_table(results: dict[str, Any]) -> Table:
+    opts = results["meta"]["options"]
+    libs, late = opts["libraries"], results["lateness"]
     t = Table("3. Delivery lateness, one waiting consumer (ms after the due time)",
               ["library", "messages", "p50", "p99", "max", "earliest", "delivered",
                "idle cmds/s", "idle reads/s"])
@@ -276,31 +303,39 @@ def tables(results: dict[str, Any]) -> list[Table]:
     if offsets:
         t.notes.append("recorded due time - the one asked for (median; the rounding to whole "
                        "ms, included in the lateness above): " + "; ".join(offsets))
-    out.append(t)
+    return t
 
+
+def _depth_table(results: dict[str, Any]) -> Table | None:
+    opts = results["meta"]["options"]
     depth = results.get("depth")
-    if depth:
-        t = Table("4. dynoqueue cost vs queue depth (msgs/s; waiting messages not yet due)",
-                  ["waiting", "push bulk", "pop+ack bulk", "push one", "pop(1)+ack one"])
-        depths = list(depth["depths"])
-        for d in depths:
-            figures = depth["depths"][d]
-            t.rows.append([f"{int(d):,}"] + [fmt({"rate": figures[key]}) for key in
-                                              ("push", "pop+ack", "push single",
-                                               "pop+ack single")])
-        first, last = depth["depths"][depths[0]], depth["depths"][depths[-1]]
-        t.rows.append([f"{int(depths[-1]):,} vs {int(depths[0]):,}"] + [
-            ratio(last[key]["median"], first[key]["median"])
-            for key in ("push", "pop+ack", "push single", "pop+ack single")])
-        t.notes = [f"one queue per depth; probes of {opts['depth_probe']:,} messages in bulk "
-                   f"and {opts['depth_probe_single']:,} one by one, the depths taken in turn "
-                   "in each run; peers not measured: filling 1M jobs at their enqueue rates "
-                   "takes minutes each"]
-        out.append(t)
+    if not depth:
+        return None
+    t = Table("4. dynoqueue cost vs queue depth (msgs/s; waiting messages not yet due)",
+              ["waiting", "push bulk", "pop+ack bulk", "push one", "pop(1)+ack one"])
+    depths = list(depth["depths"])
+    for d in depths:
+        figures = depth["depths"][d]
+        t.rows.append([f"{int(d):,}"] + [fmt({"rate": figures[key]}) for key in
+                                          ("push", "pop+ack", "push single",
+                                           "pop+ack single")])
+    first, last = depth["depths"][depths[0]], depth["depths"][depths[-1]]
+    t.rows.append([f"{int(depths[-1]):,} vs {int(depths[0]):,}"] + [
+        ratio(last[key]["median"], first[key]["median"])
+        for key in ("push", "pop+ack", "push single", "pop+ack single")])
+    t.notes = [f"one queue per depth; probes of {opts['depth_probe']:,} messages in bulk "
+               f"and {opts['depth_probe_single']:,} one by one, the depths taken in turn "
+               "in each run; peers not measured: filling 1M jobs at their enqueue rates "
+               "takes minutes each"]
+    return t
 
+
+def _memory_table(results: dict[str, Any]) -> Table:
+    opts = results["meta"]["options"]
+    depth = results.get("depth")
     t = Table("5. Memory per waiting message (INFO memory used_memory, bytes)",
               ["library", "bytes per message", "measured on"])
-    for lib in libs:
+    for lib in opts["libraries"]:
         entry = results.get("memory", {}).get(lib, {}).get("delayed")
         t.rows.append([lib, fmt(entry, "memory_per_msg"),
                        f"{opts['memory_n']:,} msgs due in 1 h"])
@@ -308,46 +343,45 @@ def tables(results: dict[str, Any]) -> list[Table]:
         t.rows.append(["dynoqueue at depth", _num(depth["memory_per_msg"]),
                        f"{int(list(depth['depths'])[-1]):,} waiting msgs"])
     t.notes = ["~60-byte bodies; includes each library's per-job metadata"]
-    out.append(t)
+    return t
 
+
+def _pair(entry: dict[str, Any] | None) -> str:
+    if not entry or "commands_per_msg" not in entry:
+        return fmt(entry)
+    return (f"{median(entry, 'commands_per_msg'):.2f} / "
+            f"{median(entry, 'round_trips_per_msg'):.3f}")
+
+
+def _total(first: dict[str, Any] | None, second: dict[str, Any] | None) -> str:
+    if not first or not second or "commands_per_msg" not in first \
+            or "commands_per_msg" not in second:
+        return NA
+    cmds = median(first, "commands_per_msg") + median(second, "commands_per_msg")
+    trips = median(first, "round_trips_per_msg") + median(second, "round_trips_per_msg")
+    return f"{cmds:.2f} / {trips:.3f}"
+
+
+def _commands_table(results: dict[str, Any]) -> Table:
+    enq, con = results["enqueue"], results["consume"]
     t = Table("6. Redis commands / round trips per message",
               ["library", "enqueue one", "enqueue bulk", "dequeue+ack",
                "end to end (fastest)"])
-    def pair(entry: dict[str, Any] | None) -> str:
-        if not entry or "commands_per_msg" not in entry:
-            return fmt(entry)
-        return (f"{median(entry, 'commands_per_msg'):.2f} / "
-                f"{median(entry, 'round_trips_per_msg'):.3f}")
-
-    def total(first: dict[str, Any] | None, second: dict[str, Any] | None) -> str:
-        if not first or not second or "commands_per_msg" not in first \
-                or "commands_per_msg" not in second:
-            return NA
-        cmds = median(first, "commands_per_msg") + median(second, "commands_per_msg")
-        trips = median(first, "round_trips_per_msg") + median(second, "round_trips_per_msg")
-        return f"{cmds:.2f} / {trips:.3f}"
-
-    for lib in rows:
+    for lib in _consumer_rows(results["meta"]["options"]["libraries"]):
         consumed = con.get(lib, {}).get("one")
         if lib == "dynoqueue pop(1)":
             single = enq.get("dynoqueue", {}).get("single")
-            t.rows.append([lib, pair(single), "", pair(consumed), total(single, consumed)])
+            t.rows.append([lib, _pair(single), "", _pair(consumed), _total(single, consumed)])
             continue
         single, bulk = enq.get(lib, {}).get("single"), enq.get(lib, {}).get("batched")
         fastest = bulk if bulk and "commands_per_msg" in bulk else single
-        t.rows.append([lib, pair(single), pair(bulk), pair(consumed), total(fastest, consumed)])
+        t.rows.append([lib, _pair(single), _pair(bulk), _pair(consumed),
+                       _total(fastest, consumed)])
     t.notes = ["commands / round trips: commands = INFO commandstats calls (those run inside "
                "Lua scripts included) / messages; round trips = requests the client sent "
                "(each command or pipeline once) / messages",
                "dynoqueue pop(1) row: one push, one pop and one ack per message"]
-    out.append(t)
-
-    asyncio_table = _asyncio_table(results, k)
-    if asyncio_table is not None:
-        out.append(asyncio_table)
-    out += section_tables(results)
-    out.append(goals_table(results))
-    return out
+    return t
 
 
 def section_tables(results: dict[str, Any]) -> list[Table]:
@@ -633,48 +667,70 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     Returns:
         ``[{"goal": text, "measured": text, "met": bool | None}]`` (None: not measured).
     """
-    k = key_figures(results)
     out: list[dict[str, Any]] = []
 
     def add(goal: str, measured: str, met: bool | None) -> None:
         out.append({"goal": goal, "measured": measured, "met": met})
 
-    def known(*values: float) -> bool:
-        return all(not math.isnan(v) for v in values)
-
     if "core" not in results["meta"]["options"].get("sections", ["core"]):
         _section_goals(results, add)
         return out
+    k = key_figures(results)
+    _throughput_goals(k, add)
+    _lateness_goals(k, add)
+    _depth_goals(results, add)
+    _round_trip_goals(results, add)
+    _section_goals(results, add)
+    _asyncio_goals(results, k, add)
+    return out
+
+
+#: How a goal is added: ``add(goal, measured, met)``.
+_Add = Callable[[str, str, bool | None], None]
+
+
+def _known(*values: float) -> bool:
+    return all(not math.isnan(v) for v in values)
+
+
+def _throughput_goals(k: dict[str, Any], add: _Add) -> None:
+    """Bulk push and pop+ack, absolute and against the best peer; one message per call."""
     push, peer_push = k["dq_push_batched"], k["best_peer_enqueue"][1]
-    add("batched push >= 50,000 msgs/s", _num(push), push >= 50_000 if known(push) else None)
+    add("batched push >= 50,000 msgs/s", _num(push), push >= 50_000 if _known(push) else None)
     add("batched push >= 3x the best peer's enqueue",
         f"{ratio(push, peer_push)} ({k['best_peer_enqueue'][0]} {_num(peer_push)})",
-        push >= 3 * peer_push if known(push, peer_push) else None)
+        push >= 3 * peer_push if _known(push, peer_push) else None)
     pop, peer_pop = k["dq_consume"], k["best_peer_consume"][1]
     add("pop+ack, 1 consumer, batches >= 50,000 msgs/s", _num(pop),
-        pop >= 50_000 if known(pop) else None)
+        pop >= 50_000 if _known(pop) else None)
     add("pop+ack >= 10x the best peer's consumer",
         f"{ratio(pop, peer_pop)} ({k['best_peer_consume'][0]} {_num(peer_pop)})",
-        pop >= 10 * peer_pop if known(pop, peer_pop) else None)
+        pop >= 10 * peer_pop if _known(pop, peer_pop) else None)
     one, peer_one = k["dq_push_single"], k["best_peer_single"][1]
     goal = "one message per call push >= 1.5x the best peer's one per call enqueue"
     separate = (f"{ratio(one, peer_one)} ({_num(one)} vs {k['best_peer_single'][0]} "
                 f"{_num(peer_one)})")
     closest, paired_one = k["paired_single"]
-    if known(paired_one):  # paired blocks: the same machine for both sides (table 1b)
+    if _known(paired_one):  # paired blocks: the same machine for both sides (table 1b)
         add(goal, f"{paired_one:.2f}x paired vs {closest}; separate steps {separate}",
             paired_one >= 1.5)
     else:
-        add(goal, separate, one >= 1.5 * peer_one if known(one, peer_one) else None)
+        add(goal, separate, one >= 1.5 * peer_one if _known(one, peer_one) else None)
+
+
+def _lateness_goals(k: dict[str, Any], add: _Add) -> None:
     for mode, entry in k["lateness"].items():
         p99 = median(entry, "p99")
         add(f"lateness p99 < 10 ms ({int(mode):,} msgs)", f"{_num(p99, 1)} ms",
-            p99 < 10 if known(p99) else None)
+            p99 < 10 if _known(p99) else None)
     idle = [median(e, "idle_commands_per_s") for e in k["lateness"].values()]
     idle = [v for v in idle if not math.isnan(v)]
     if idle:
         add("waiting consumer costs <= a few (5) commands/s", f"{max(idle):.1f} commands/s",
             max(idle) <= 5)
+
+
+def _depth_goals(results: dict[str, Any], add: _Add) -> None:
     depth = results.get("depth")
     if depth and depth["depths"]:
         ds = list(depth["depths"])
@@ -683,38 +739,44 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             r = last[key]["median"] / first[key]["median"]
             add(f"{key} bulk at {int(ds[-1]):,} waiting within 20% of {int(ds[0]):,}",
                 f"{r:.2f}x", r >= 0.8)
+
+
+def _round_trip_goals(results: dict[str, Any], add: _Add) -> None:
     enq = results["enqueue"].get("dynoqueue", {})
     single = median(enq.get("single"), "round_trips_per_msg") + median(
         results["consume"].get("dynoqueue pop(1)", {}).get("one"), "round_trips_per_msg")
     add("<= 3 round trips per message one at a time (push, claim, ack)", f"{single:.2f}",
-        single <= 3.05 if known(single) else None)
+        single <= 3.05 if _known(single) else None)
     bulk = median(enq.get("batched"), "round_trips_per_msg") + median(
         results["consume"].get("dynoqueue", {}).get("one"), "round_trips_per_msg")
     add("fewer round trips per message in batches", f"{bulk:.3f}",
-        bulk < 1 if known(bulk) else None)
-    _section_goals(results, add)
-    if "dynoqueue.asyncio" in (results["meta"].get("asyncio_libraries") or []):
-        tasks = results["meta"]["options"].get("async_tasks", 100)
-        conc = k["aio_push_concurrent"]
-        add(f"asyncio: one per call from {tasks} tasks >= 3x sync one per call",
-            f"{ratio(conc, one)} ({_num(conc)} vs {_num(one)})",
-            conc >= 3 * one if known(conc, one) else None)
-        for label, a, b, paired_aio in (
-                ("batched push", k["aio_push_batched"], k["dq_push_batched"],
-                 k["paired_aio_batched"]),
-                ("pop+ack (1 consumer, batches)", k["aio_consume"], k["dq_consume"],
-                 k["paired_aio_consume"])):
-            goal = f"asyncio: {label} within 10% of sync (>= 0.9x)"
-            separate = f"{ratio(a, b)} ({_num(a)} vs {_num(b)})"
-            if known(paired_aio):  # paired blocks (table 1b)
-                add(goal, f"{paired_aio:.2f}x paired; separate steps {separate}",
-                    paired_aio >= 0.9)
-            else:
-                add(goal, separate, a >= 0.9 * b if known(a, b) else None)
-    return out
+        bulk < 1 if _known(bulk) else None)
 
 
-def _section_goals(results: dict[str, Any], add: Any) -> None:
+def _asyncio_goals(results: dict[str, Any], k: dict[str, Any], add: _Add) -> None:
+    if "dynoqueue.asyncio" not in (results["meta"].get("asyncio_libraries") or []):
+        return
+    one = k["dq_push_single"]
+    tasks = results["meta"]["options"].get("async_tasks", 100)
+    conc = k["aio_push_concurrent"]
+    add(f"asyncio: one per call from {tasks} tasks >= 3x sync one per call",
+        f"{ratio(conc, one)} ({_num(conc)} vs {_num(one)})",
+        conc >= 3 * one if _known(conc, one) else None)
+    for label, a, b, paired_aio in (
+            ("batched push", k["aio_push_batched"], k["dq_push_batched"],
+             k["paired_aio_batched"]),
+            ("pop+ack (1 consumer, batches)", k["aio_consume"], k["dq_consume"],
+             k["paired_aio_consume"])):
+        goal = f"asyncio: {label} within 10% of sync (>= 0.9x)"
+        separate = f"{ratio(a, b)} ({_num(a)} vs {_num(b)})"
+        if _known(paired_aio):  # paired blocks (table 1b)
+            add(goal, f"{paired_aio:.2f}x paired; separate steps {separate}",
+                paired_aio >= 0.9)
+        else:
+            add(goal, separate, a >= 0.9 * b if _known(a, b) else None)
+
+
+def _section_goals(results: dict[str, Any], add: _Add) -> None:
     """Goals of issues 10 and 13-15 (lifecycle, Worker, serve, ordering), for the sections
     that ran."""
     if results.get("worker"):
