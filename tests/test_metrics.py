@@ -8,6 +8,7 @@ import asyncio
 import re
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dynoqueue import Message, QueuePolicy, RedisQueues, StaticShardSupplier, Worker
+from dynoqueue import (
+    AccessDeniedError,
+    CallTimeoutError,
+    Message,
+    QueuePolicy,
+    RedisQueues,
+    StaticShardSupplier,
+    Worker,
+)
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer, free_port
 from dynoqueue.metrics import (
@@ -359,3 +368,80 @@ def test_queue_discovery_finds_a_queue_holding_only_dead_letters(deployment, pre
         assert [(s.queue, s.dead, s.total("waiting")) for s in stats] == [("dead-only", 1, 0)]
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_the_read_ends_at_the_call_deadline_as_a_typed_error(
+        redis_server: RedisServer, prefix: str, api: str) -> None:
+    """The read runs through the factory's driver: a stalled server ends it at the call's
+    deadline (call_timeout_ms) with a CallTimeoutError, as a queue operation would."""
+    admin = redis_server.client()
+
+    def stalled(read: Any) -> float:
+        assert read()[0].queue == "stalled"  # connected
+        admin.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        started = time.monotonic()
+        try:
+            with pytest.raises(CallTimeoutError) as caught:
+                read()
+            took = time.monotonic() - started
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")  # (its client's health check waits)
+        assert caught.value.operation == "stats"
+        return took
+
+    options: dict[str, Any] = {"key_prefix": prefix, "unack_handler_interval_ms": 0,
+                               "call_timeout_ms": 1000}
+    try:
+        if api == "sync":
+            with RedisQueues.from_url(redis_server.url, **options) as factory:
+                took = stalled(lambda: read_stats(factory, ["stalled"]))
+        else:
+            async def main() -> float:
+                async with AsyncRedisQueues.from_url(redis_server.url, **options) as factory:
+                    loop = asyncio.get_running_loop()
+
+                    def read() -> Any:
+                        return asyncio.run_coroutine_threadsafe(
+                            read_stats_async(factory, ["stalled"]), loop).result()
+
+                    return await loop.run_in_executor(None, stalled, read)
+
+            took = asyncio.run(main())
+    finally:
+        admin.close()
+    assert 0.5 <= took < 2.5, took
+
+
+def _read(api: str, url: str, prefix: str, names: list[str] | None) -> Any:
+    """read_stats (or read_stats_async) through a new factory of ``api`` on ``url``."""
+    if api == "sync":
+        with RedisQueues.from_url(url, key_prefix=prefix, unack_handler_interval_ms=0) as queues:
+            return read_stats(queues, names)
+
+    async def main() -> Any:
+        async with AsyncRedisQueues.from_url(url, key_prefix=prefix,
+                                             unack_handler_interval_ms=0) as factory:
+            return await read_stats_async(factory, names)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_user_who_may_not_scan_gets_access_denied_when_listing(
+        redis_server: RedisServer, prefix: str, api: str) -> None:
+    """The listing's error is typed by the core's listing (not a raw redis-py error), and a
+    read of named queues needs no SCAN."""
+    user, password = f"u{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex[:8]
+    admin = redis_server.client()
+    try:
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all",
+                              "-scan")
+    finally:
+        admin.close()
+    url = redis_server.url.replace("redis://", f"redis://{user}:{password}@")
+    with pytest.raises(AccessDeniedError) as caught:
+        _read(api, url, prefix, None)
+    assert caught.value.operation == "stats"
+    (stats,) = _read(api, url, prefix, ["named"])
+    assert (stats.queue, stats.dead, stats.total("waiting")) == ("named", 0, 0)

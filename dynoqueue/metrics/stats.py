@@ -5,27 +5,30 @@ are given; :func:`dynoqueue.core.listing.queue_names`), one ``TIME``, and one pi
 read-only commands (13 per queue and shard, 1 more per queue). On Redis Cluster redis-py sends
 that pipeline to each primary once. Nothing is written and no script runs.
 
-The plan (:func:`plan`) and the decoding (:func:`decode`) are I/O-free; :func:`read_stats` runs
-them on a sync factory, :func:`read_stats_async` on an asyncio one.
+The plan (:func:`plan`) and the decoding (:func:`decode`) are I/O-free. The read goes through
+the core: the listing is the core's (queue-level calls, :mod:`dynoqueue.core.listing`), and the
+measure is an operation of Redis-level requests (:mod:`dynoqueue.core.requests`: a ``Command``
+and a ``Pipeline`` on the read role) that the factory's driver runs as it runs the queues' own
+operations: under the call's deadline (``call_timeout_ms``), with the connections' retries and
+the Cluster client's routing. :func:`read_stats` reads through a sync factory,
+:func:`read_stats_async` through an asyncio one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import (
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
-    NoPermissionError,
-    RedisClusterException,
-    RedisError,
-)
+from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.calls import Call, outcome, outcome_async
+from ..core.calls import CallOp, outcome, outcome_async
+from ..core.deadline import DeadlinePassed
+from ..core.failures import ACCESS_DENIED, timed_out
 from ..core.listing import queue_names
+from ..core.requests import READ, Command, Op, Pipeline, Step
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from .names import WAITING_BUCKETS
@@ -147,59 +150,42 @@ def decode(queues: Any, names: Sequence[str], now_ms: int, replies: Sequence[Any
     return out
 
 
-def _read(queues: Any, names: Sequence[str] | None, cost: ReadCost
-          ) -> Generator[Call, Any, list[QueueStats]]:
-    """The read as calls of the factory's read client (see the module docstring)."""
-    if names is None:
-        listing = queue_names(queues, "stats")
-        try:
-            call = next(listing)
-            while True:
-                cost.round_trips += 1
-                cost.commands += 1
-                call = listing.send((yield call))
-        except StopIteration as stop:
-            names = list(stop.value)
-    else:
-        names = list(names)
-    if not names:
-        return []
-    client = queues.non_quorum_conn
+def _counted(listing: CallOp[list[str]], cost: ReadCost) -> CallOp[list[str]]:
+    """``listing`` (the core's queue listing), each of its calls counted in ``cost`` as one
+    round trip and one command (a SCAN page); errors are thrown into it, which types them."""
     try:
-        seconds, micros = yield Call.of(client, "execute_command", "TIME")
+        call = next(listing)
+        while True:
+            cost.round_trips += 1
+            cost.commands += 1
+            try:
+                reply = yield call
+            except Exception as exc:
+                call = listing.throw(exc)
+            else:
+                call = listing.send(reply)
+    except StopIteration as stop:
+        names: list[str] = stop.value
+        return names
+
+
+def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStats]]:
+    """The read of ``names`` as core requests on the read role: the server's ``TIME``, then
+    :func:`plan`'s commands in one pipeline (on a Cluster, sent to each primary once)."""
+    try:
+        seconds, micros = yield Command(READ, ("TIME",))
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         commands = plan(queues, names, now_ms)
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies = yield Call.of(pipe, "execute")
-    except (AuthenticationError, AuthenticationWrongNumberOfArgsError, NoPermissionError) as exc:
+        replies = yield Pipeline(READ, list(commands))
+    except ACCESS_DENIED as exc:
         raise AccessDeniedError("stats", "TIME", str(exc)) from exc
+    except (DeadlinePassed, RedisTimeoutError) as exc:
+        raise timed_out("stats", names[0], exc) from exc
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError("stats", names[0], str(exc)) from exc
     cost.round_trips += 2
     cost.commands += 1 + len(commands)
     return decode(queues, names, now_ms, replies)
-
-
-def _drive(op: Generator[Call, Any, Any]) -> Any:
-    try:
-        call = next(op)
-        while True:
-            result, error = outcome(call)
-            call = op.throw(error) if error is not None else op.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
-async def _drive_async(op: Generator[Call, Any, Any]) -> Any:
-    try:
-        call = next(op)
-        while True:
-            result, error = await outcome_async(call)
-            call = op.throw(error) if error is not None else op.send(result)
-    except StopIteration as stop:
-        return stop.value
 
 
 async def list_queues_async(queues: Any) -> list[str]:
@@ -209,7 +195,10 @@ async def list_queues_async(queues: Any) -> list[str]:
     Raises:
         AccessDeniedError, RedisOperationError: as :func:`read_stats`.
     """
-    names: list[str] = await _drive_async(queue_names(queues, "list_queues"))
+    step = Step(queue_names(queues, "list_queues"))
+    while step.pending:
+        step.send(*(await outcome_async(step.request)))
+    names: list[str] = step.result
     return names
 
 
@@ -231,7 +220,16 @@ def read_stats(queues: Any, names: Sequence[str] | None = None,
     """
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
-    stats: list[QueueStats] = _drive(_read(queues, names, cost))
+    if names is None:
+        listing = Step(_counted(queue_names(queues, "stats"), cost))
+        while listing.pending:
+            listing.send(*outcome(listing.request))
+        names = listing.result
+    stats: list[QueueStats] = []
+    if names:
+        # The factory's driver runs the read as it runs the queues' operations: under the
+        # call's deadline, with the connections' retries and the Cluster client's routing.
+        stats = queues._driver.run(_measure(queues, list(names), cost))
     cost.seconds = time.perf_counter() - started
     return stats
 
@@ -241,6 +239,13 @@ async def read_stats_async(queues: Any, names: Sequence[str] | None = None,
     """:func:`read_stats` for a :class:`dynoqueue.asyncio.RedisQueues` (same arguments)."""
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
-    stats: list[QueueStats] = await _drive_async(_read(queues, names, cost))
+    if names is None:
+        listing = Step(_counted(queue_names(queues, "stats"), cost))
+        while listing.pending:
+            listing.send(*(await outcome_async(listing.request)))
+        names = listing.result
+    stats: list[QueueStats] = []
+    if names:
+        stats = await queues._driver.run(_measure(queues, list(names), cost))
     cost.seconds = time.perf_counter() - started
     return stats
