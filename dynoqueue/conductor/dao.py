@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from ..asyncio import RedisQueues as AsyncRedisQueues
-from ..core.calls import CallOp, outcome, outcome_async
-from ..core.requests import Step
+from ..core import calls
+from ..core.calls import CallOp
 from ..errors import ConfigurationError
 from ..model.message import Message
 from ..queues import RedisQueues
@@ -47,10 +47,7 @@ class DynoQueueDAO(QueueDAO):
         self.queues = queues
 
     def _run(self, op: CallOp[T]) -> T:
-        step = Step(op)
-        while step.pending:
-            step.send(*outcome(step.request))
-        return step.result  # type: ignore[no-any-return]
+        return calls.run(op)
 
     def push(self, queue_name: str, id: str, offset_time_s: int = 0,
              priority: int = 0) -> None:
@@ -129,10 +126,7 @@ class AsyncDynoQueueDAO:
         self.queues = queues
 
     async def _run(self, op: CallOp[T]) -> T:
-        step = Step(op)
-        while step.pending:
-            step.send(*(await outcome_async(step.request)))
-        return step.result  # type: ignore[no-any-return]
+        return await calls.run_async(op)
 
     async def push(self, queue_name: str, id: str, offset_time_s: int = 0,
                    priority: int = 0) -> None:

@@ -15,13 +15,16 @@ The package's sans-IO generators speak two vocabularies, one per level:
 A call-driven operation yields calls and receives their results; the error a call raises is
 thrown into the operation at its ``yield``, which may turn it into a typed error. With the
 asyncio API the method is a coroutine function, whose result the driver awaits.
-:func:`outcome` makes a call (sync API), :func:`outcome_async` awaits it.
+:func:`outcome` makes a call (sync API), :func:`outcome_async` awaits it; :func:`run` and
+:func:`run_async` drive a whole operation with them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from typing import Any, TypeVar
+
+from .requests import Step
 
 T = TypeVar("T")
 
@@ -74,3 +77,20 @@ async def outcome_async(call: Call, target: Any = None) -> tuple[Any, Exception 
         return await call.make(target), None
     except Exception as exc:
         return None, exc
+
+
+def run(op: CallOp[T], target: Any = None) -> T:
+    """Drive ``op`` to its end, making its calls (on ``target`` when a call names none), and
+    return its result (or raise its error)."""
+    step = Step(op)
+    while step.pending:
+        step.send(*outcome(step.request, target))
+    return step.result  # type: ignore[no-any-return]
+
+
+async def run_async(op: CallOp[T], target: Any = None) -> T:
+    """:func:`run`, awaiting each call."""
+    step = Step(op)
+    while step.pending:
+        step.send(*(await outcome_async(step.request, target)))
+    return step.result  # type: ignore[no-any-return]

@@ -24,11 +24,12 @@ from typing import Any
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.calls import CallOp, outcome, outcome_async
+from ..core import calls
+from ..core.calls import CallOp
 from ..core.deadline import DeadlinePassed
 from ..core.failures import ACCESS_DENIED, timed_out
 from ..core.listing import queue_names
-from ..core.requests import READ, Command, Op, Pipeline, Step
+from ..core.requests import READ, Command, Op, Pipeline
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from .names import WAITING_BUCKETS
@@ -195,11 +196,7 @@ async def list_queues_async(queues: Any) -> list[str]:
     Raises:
         AccessDeniedError, RedisOperationError: as :func:`read_stats`.
     """
-    step = Step(queue_names(queues, "list_queues"))
-    while step.pending:
-        step.send(*(await outcome_async(step.request)))
-    names: list[str] = step.result
-    return names
+    return await calls.run_async(queue_names(queues, "list_queues"))
 
 
 def read_stats(queues: Any, names: Sequence[str] | None = None,
@@ -207,7 +204,7 @@ def read_stats(queues: Any, names: Sequence[str] | None = None,
     """Read the stats of queues of a sync :class:`dynoqueue.RedisQueues`, now.
 
     Args:
-        queues: the factory (its key prefix, shards and read client are used).
+        queues: the factory (its key prefix, shards, read client and driver are used).
         names: the queues to read; None: every queue found in Redis (a SCAN).
         cost: filled with the round trips and commands this read cost, if given.
 
@@ -221,10 +218,7 @@ def read_stats(queues: Any, names: Sequence[str] | None = None,
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
     if names is None:
-        listing = Step(_counted(queue_names(queues, "stats"), cost))
-        while listing.pending:
-            listing.send(*outcome(listing.request))
-        names = listing.result
+        names = calls.run(_counted(queue_names(queues, "stats"), cost))
     stats: list[QueueStats] = []
     if names:
         # The factory's driver runs the read as it runs the queues' operations: under the
@@ -240,10 +234,7 @@ async def read_stats_async(queues: Any, names: Sequence[str] | None = None,
     cost = cost if cost is not None else ReadCost()
     started = time.perf_counter()
     if names is None:
-        listing = Step(_counted(queue_names(queues, "stats"), cost))
-        while listing.pending:
-            listing.send(*(await outcome_async(listing.request)))
-        names = listing.result
+        names = await calls.run_async(_counted(queue_names(queues, "stats"), cost))
     stats: list[QueueStats] = []
     if names:
         stats = await queues._driver.run(_measure(queues, list(names), cost))
