@@ -80,25 +80,46 @@ def topic_info(stats: QueueStats) -> dict[str, Any]:
 
 def routes(state: ServerState) -> list[Route]:
     """The Camellia routes over ``state``."""
-    settings = state.settings
+    api = _Camellia(state)
+    return [
+        Route(f"{PREFIX}/sendMsg", api.send_msg, methods=["POST"]),
+        Route(f"{PREFIX}/deleteMsg", api.delete_msg, methods=["POST"]),
+        Route(f"{PREFIX}/pullMsg", api.pull_msg, methods=["POST"]),
+        Route(f"{PREFIX}/longPollingMsg", api.long_polling_msg, methods=["POST"]),
+        Route(f"{PREFIX}/ackMsg", api.ack_msg, methods=["POST"]),
+        Route(f"{PREFIX}/getMsg", api.get_msg, methods=["POST"]),
+        Route(f"{PREFIX}/getMonitorData", api.get_monitor_data, methods=["GET"]),
+        Route(f"{PREFIX}/getTopicInfo", api.get_topic_info, methods=["GET"]),
+        Route(f"{PREFIX}/getTopicInfoList", api.get_topic_info_list, methods=["GET"]),
+    ]
 
-    async def values_of(request: Request) -> dict[str, str]:
-        return await params(request, settings.max_body_bytes)
 
-    def topic_of(values: dict[str, str]) -> str:
-        topic = text(values, "topic")
-        assert topic is not None
-        check_queue_name(topic, "topic")
-        return topic
+def _topic_of(values: dict[str, str]) -> str:
+    topic = text(values, "topic")
+    assert topic is not None
+    check_queue_name(topic, "topic")
+    return topic
 
-    def msg_id_of(values: dict[str, str]) -> str:
-        msg_id = text(values, "msgId")
-        assert msg_id is not None
-        return msg_id
 
-    async def send_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic = topic_of(values)
+def _msg_id_of(values: dict[str, str]) -> str:
+    msg_id = text(values, "msgId")
+    assert msg_id is not None
+    return msg_id
+
+
+class _Camellia:
+    """The Camellia endpoints over one server state, one method per route."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.settings = state.settings
+
+    async def _values(self, request: Request) -> dict[str, str]:
+        return await params(request, self.settings.max_body_bytes)
+
+    async def send_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic = _topic_of(values)
         msg = text(values, "msg")
         assert msg is not None
         msg_id = text(values, "msgId", required=False) or uuid.uuid4().hex
@@ -106,29 +127,29 @@ def routes(state: ServerState) -> list[Route]:
         ttl = integer(values, "ttlMillis", -1, high=MAX_MS)
         max_retry = integer(values, "maxRetry", -1, high=MAX_RETRY)
         message = Message(msg_id, msg, timeout=delay,
-                          ttl_ms=ttl if ttl > 0 else settings.ttl_ms,
+                          ttl_ms=ttl if ttl > 0 else self.settings.ttl_ms,
                           max_deliveries=(max_retry if max_retry >= 0
-                                          else settings.max_retry) + 1)
-        message.validate(state.factory().settings.max_payload_bytes)  # before any write
-        queue = await state.topic(topic)
+                                          else self.settings.max_retry) + 1)
+        message.validate(self.state.factory().settings.max_payload_bytes)  # before any write
+        queue = await self.state.topic(topic)
         await queue.push([message], if_exists="keep")
-        state.count(topic, "sendMsg")
+        self.state.count(topic, "sendMsg")
         info = await queue.info(msg_id)
         if info is None:  # acked or removed in between, with no retention
             raise BadRequest(f"message {msg_id} ended at once", 409)
         return ok(delayMsg=delay_msg(topic, info, message.timeout))
 
-    async def delete_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic, msg_id = topic_of(values), msg_id_of(values)
+    async def delete_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic, msg_id = _topic_of(values), _msg_id_of(values)
         boolean(values, "release", False)  # accepted; retention decides when memory is freed
-        queue = await state.topic(topic)
-        state.count(topic, "deleteMsg")
+        queue = await self.state.topic(topic)
+        self.state.count(topic, "deleteMsg")
         if not await queue.remove(msg_id):
             return not_found("msg")
         return JSON({"code": 200, "msg": "success"})
 
-    async def pulled(topic: str, queue: DynoQueue, messages: list[Message]) -> list[Any]:
+    async def _pulled(self, topic: str, queue: DynoQueue, messages: list[Message]) -> list[Any]:
         infos = await asyncio.gather(*(queue.info(m.id) for m in messages))
         out = []
         for message, info in zip(messages, infos, strict=True):
@@ -138,66 +159,66 @@ def routes(state: ServerState) -> list[Route]:
             doc = delay_msg(topic, info, message.timeout, delivered_at)
             out.append(doc)
             if doc["triggerTime"]:
-                state.gap(topic, max(0, delivered_at - doc["triggerTime"]))
+                self.state.gap(topic, max(0, delivered_at - doc["triggerTime"]))
         return out
 
-    def pull_args(values: dict[str, str]) -> tuple[int, int]:
+    def _pull_args(self, values: dict[str, str]) -> tuple[int, int]:
         ack = integer(values, "ackTimeoutMillis", -1, high=MAX_MS)
         batch = integer(values, "batch", -1, high=MAX_BATCH)
-        return (ack if ack > 0 else settings.ack_timeout_ms), (batch if batch > 0 else 1)
+        return (ack if ack > 0 else self.settings.ack_timeout_ms), (batch if batch > 0 else 1)
 
-    async def pull_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic = topic_of(values)
-        lease, batch = pull_args(values)
-        queue = await state.topic(topic)
+    async def pull_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic = _topic_of(values)
+        lease, batch = self._pull_args(values)
+        queue = await self.state.topic(topic)
         messages = await queue.pop(batch, 0, lease_ms=lease)
-        state.count(topic, "pullMsg")
-        return ok(delayMsgList=await pulled(topic, queue, messages))
+        self.state.count(topic, "pullMsg")
+        return ok(delayMsgList=await self._pulled(topic, queue, messages))
 
-    async def long_polling_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic = topic_of(values)
-        lease, batch = pull_args(values)
-        hold = integer(values, "longPollingTimeoutMillis", -1, high=settings.max_long_poll_ms)
-        hold = hold if hold > 0 else settings.default_hold_ms
-        with state.long_poll_slot(client_of(request), hold):
-            queue = await state.topic(topic)
+    async def long_polling_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic = _topic_of(values)
+        lease, batch = self._pull_args(values)
+        hold = integer(values, "longPollingTimeoutMillis", -1, high=self.settings.max_long_poll_ms)
+        hold = hold if hold > 0 else self.settings.default_hold_ms
+        with self.state.long_poll_slot(client_of(request), hold):
+            queue = await self.state.topic(topic)
             # Held until a message is due (woken by the doorbell) or the timeout; a client
             # that goes away keeps nothing (see dynoqueue.server.longpoll).
-            messages = await state.polls.pull(topic, queue, batch, lease, hold,
+            messages = await self.state.polls.pull(topic, queue, batch, lease, hold,
                                               request.is_disconnected)
-            state.count(topic, "pullMsg")
-            return ok(delayMsgList=await pulled(topic, queue, messages))
+            self.state.count(topic, "pullMsg")
+            return ok(delayMsgList=await self._pulled(topic, queue, messages))
 
-    async def ack_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic, msg_id = topic_of(values), msg_id_of(values)
+    async def ack_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic, msg_id = _topic_of(values), _msg_id_of(values)
         ack = boolean(values, "ack", True)
-        queue = await state.topic(topic)
+        queue = await self.state.topic(topic)
         if ack:
             found = await queue.ack(msg_id)
         else:  # Camellia: back to the ready queue at once
             found = await queue.nack(msg_id, 0)
-        state.count(topic, "ackMsg")
+        self.state.count(topic, "ackMsg")
         if not found:  # not leased: unknown, never pulled, or ended
             return not_found("msg")
         return JSON({"code": 200, "msg": "success"})
 
-    async def get_msg(request: Request) -> JSON:
-        values = await values_of(request)
-        topic, msg_id = topic_of(values), msg_id_of(values)
-        queue = await state.topic(topic)
-        state.count(topic, "getMsg")
+    async def get_msg(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic, msg_id = _topic_of(values), _msg_id_of(values)
+        queue = await self.state.topic(topic)
+        self.state.count(topic, "getMsg")
         info = await queue.info(msg_id)
         if info is None:
             return not_found("msg")
         stored = await queue.get(msg_id) if info.due_at_ms is None else None
         return ok(delayMsg=delay_msg(topic, info, stored.timeout if stored else None))
 
-    async def get_monitor_data(request: Request) -> JSON:
+    async def get_monitor_data(self, request: Request) -> JSON:
         requests, gaps = [], []
-        for topic, monitor in sorted(state.monitor.items()):
+        for topic, monitor in sorted(self.state.monitor.items()):
             requests.append({"topic": topic, **{name: monitor.requests.get(name, 0) for name in (
                 "sendMsg", "pullMsg", "deleteMsg", "ackMsg", "getMsg", "triggerMsgReady",
                 "triggerMsgEndLife", "triggerMsgTimeout")}})
@@ -210,27 +231,15 @@ def routes(state: ServerState) -> list[Route]:
         return JSON({"code": 200, "data": {"requestStatsList": requests,
                                            "pullMsgTimeGapStatsList": gaps,
                                            "readyQueueTimeGapStatsList": gaps,
-                                           "sinceTime": state.monitor_started_ms,
+                                           "sinceTime": self.state.monitor_started_ms,
                                            "now": int(time.time() * 1000)}})
 
-    async def get_topic_info(request: Request) -> JSON:
-        values = await values_of(request)
-        topic = topic_of(values)
-        (stats,) = await read_stats_async(state.factory(), [topic])
+    async def get_topic_info(self, request: Request) -> JSON:
+        values = await self._values(request)
+        topic = _topic_of(values)
+        (stats,) = await read_stats_async(self.state.factory(), [topic])
         return JSON({"code": 200, "data": topic_info(stats)})
 
-    async def get_topic_info_list(request: Request) -> JSON:
-        stats = await read_stats_async(state.factory())
+    async def get_topic_info_list(self, request: Request) -> JSON:
+        stats = await read_stats_async(self.state.factory())
         return JSON({"code": 200, "data": [topic_info(s) for s in stats]})
-
-    return [
-        Route(f"{PREFIX}/sendMsg", send_msg, methods=["POST"]),
-        Route(f"{PREFIX}/deleteMsg", delete_msg, methods=["POST"]),
-        Route(f"{PREFIX}/pullMsg", pull_msg, methods=["POST"]),
-        Route(f"{PREFIX}/longPollingMsg", long_polling_msg, methods=["POST"]),
-        Route(f"{PREFIX}/ackMsg", ack_msg, methods=["POST"]),
-        Route(f"{PREFIX}/getMsg", get_msg, methods=["POST"]),
-        Route(f"{PREFIX}/getMonitorData", get_monitor_data, methods=["GET"]),
-        Route(f"{PREFIX}/getTopicInfo", get_topic_info, methods=["GET"]),
-        Route(f"{PREFIX}/getTopicInfoList", get_topic_info_list, methods=["GET"]),
-    ]

@@ -192,62 +192,65 @@ def spec(settings: ServerSettings,
     """
     secured = settings.token is not None
     f = _Fields(settings, max_payload_bytes)
-    common = [400, 413, 415, 500, 503]
+    hold_info = (f"; at most {settings.max_long_polls_per_client} held at once per client "
+                 f"address")
+    paths: dict[str, Any] = {
+        **_camellia_paths(f, secured, hold_info),
+        PATH: _youzan_path(f, secured, hold_info, max_payload_bytes),
+        **_ops_paths(secured),
+    }
+    doc: dict[str, Any] = {
+        "openapi": "3.0.3",
+        "info": {"title": "dynoqueue serve", "version": __version__,
+                 "description": "Camellia's delay-queue protocol and Youzan's JSON command "
+                                "protocol over dynoqueue queues. " + (
+                                    "Every route but /healthz (and the dashboard page) "
+                                    "needs Authorization: Bearer <token>."
+                                    if secured else "This server has no token.")},
+        "paths": paths,
+    }
+    if secured:
+        doc["components"] = {"securitySchemes": {"bearer": {"type": "http",
+                                                            "scheme": "bearer"}}}
+        doc["security"] = [{"bearer": []}]
+    return doc
 
-    def post(summary: str, fields: dict[str, tuple[dict[str, Any], bool, str]],
-             ok: dict[str, Any], extra: list[int] | None = None,
-             meaning: dict[int, str] | None = None) -> dict[str, Any]:
-        return {"post": {
-            "summary": summary, "tags": ["camellia"], "requestBody": _form(fields),
-            "responses": {"200": _json(ok, "Camellia's reply"),
-                          **_errors(common + (extra or []), _CAMELLIA_ERROR, secured,
-                                    meaning)}}}
 
-    def get(summary: str, query: dict[str, dict[str, Any]], ok: dict[str, Any],
-            errors: list[int]) -> dict[str, Any]:
-        return {"get": {
-            "summary": summary, "tags": ["camellia"],
-            "parameters": [{"name": n, "in": "query", "required": True, "schema": schema}
-                           for n, schema in query.items()],
-            "responses": {"200": _json(ok, "Camellia's reply"),
-                          **_errors(errors, _CAMELLIA_ERROR, secured)}}}
+_COMMON = [400, 413, 415, 500, 503]
 
+
+def _camellia_post(secured: bool, summary: str,
+                   fields: dict[str, tuple[dict[str, Any], bool, str]], ok: dict[str, Any],
+                   extra: list[int] | None = None,
+                   meaning: dict[int, str] | None = None) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "tags": ["camellia"], "requestBody": _form(fields),
+        "responses": {"200": _json(ok, "Camellia's reply"),
+                      **_errors(_COMMON + (extra or []), _CAMELLIA_ERROR, secured,
+                                meaning)}}}
+
+
+def _camellia_get(secured: bool, summary: str, query: dict[str, dict[str, Any]],
+                  ok: dict[str, Any], errors: list[int]) -> dict[str, Any]:
+    return {"get": {
+        "summary": summary, "tags": ["camellia"],
+        "parameters": [{"name": n, "in": "query", "required": True, "schema": schema}
+                       for n, schema in query.items()],
+        "responses": {"200": _json(ok, "Camellia's reply"),
+                      **_errors(errors, _CAMELLIA_ERROR, secured)}}}
+
+
+def _camellia_paths(f: _Fields, secured: bool, hold_info: str) -> dict[str, Any]:
+    """Camellia's routes, in the order of :func:`dynoqueue.server.camellia.routes`."""
+    post = functools.partial(_camellia_post, secured)
+    get = functools.partial(_camellia_get, secured)
     topic = (f.topic, True, "")
     msg_id = (f.msg_id, True, "")
     pull = {"topic": topic, "ackTimeoutMillis": (f.ack_timeout, False, ""),
             "batch": (f.batch, False, "")}
     found_or_not = {"oneOf": [_obj({**_SUCCESS}), _NOT_FOUND]}
     listed = _obj({**_SUCCESS, "delayMsgList": {"type": "array", "items": _DELAY_MSG}})
-    youzan_ok = ("the answer: add {success: true, id}; pop {success: true, id, value} "
-                 "(id and value null when no job is due); finish and delete "
-                 "{success: true, id}")
-    seconds = {"type": "integer", "maximum": MAX_SECONDS}
-    youzan_body = {"oneOf": [
-        _obj({"command": {"type": "string", "enum": ["add"]}, "topic": f.topic,
-              "id": {**f.msg_id, "description": "the job id, unique across topics"},
-              "delay": {**seconds, "minimum": 0, "description": "delay, s (default 0)"},
-              "TTR": {**seconds, "minimum": 1, "description": f"time to run: the lease of "
-                                                              f"each pop, s (default "
-                                                              f"{f.ttr_default_s})"},
-              "body": {"type": "string", "maxLength": max_payload_bytes,
-                       "description": f"the job (default empty): at most "
-                                      f"{max_payload_bytes} bytes of UTF-8"}},
-             ["command", "topic", "id"], title="add"),
-        _obj({"command": {"type": "string", "enum": ["pop"]}, "topic": f.topic,
-              "timeout": {"type": "integer", "minimum": 0, "maximum": f.pop_timeout_s,
-                          "description": "longest wait for a due job, s (default 0; at most "
-                                         "the server's max_long_poll_ms)"}},
-             ["command", "topic"], title="pop"),
-        *(_obj({"command": {"type": "string", "enum": [name]},
-                "id": {**f.msg_id, "description": "the job id"}},
-               ["command", "id"], title=name) for name in ("finish", "delete"))]}
-    health_ok = _obj({"status": {"type": "string", "enum": ["ok"]},
-                      "redis_ms": {"type": "object", "description": "ping round trips, ms",
-                                   "additionalProperties": {"type": "number"}}})
-    health_down = _obj({"status": {"type": "string", "enum": ["error"]}, "error": _STR})
-    hold_info = (f"; at most {settings.max_long_polls_per_client} held at once per client "
-                 f"address")
-    paths: dict[str, Any] = {
+    return {
         f"{PREFIX}/sendMsg": post(
             "send a delayed message (msgId dedup: the first wins)", {
                 "topic": topic,
@@ -288,16 +291,54 @@ def spec(settings: ServerSettings,
             "every topic's info", {},
             _obj({"code": {"type": "integer", "enum": [200]},
                   "data": {"type": "array", "items": _TOPIC_INFO}}), [500, 503]),
-        PATH: {"post": {
-            "summary": "Youzan's commands: add, pop (long poll with a timeout" + hold_info
-                       + "), finish, delete", "tags": ["youzan"],
-            "requestBody": {"required": True, "content": {"application/json": {
-                "schema": youzan_body}}},
-            "responses": {"200": _json(_YOUZAN, youzan_ok), **_errors(
-                [400, 404, 409, 413, 429, 500, 503], _YOUZAN, secured, {
-                    404: "finish or delete: no such job",
-                    409: "add: the id is another topic's job; finish: the job is not "
-                         "reserved"})}}},
+    }
+
+
+def _youzan_path(f: _Fields, secured: bool, hold_info: str,
+                 max_payload_bytes: int) -> dict[str, Any]:
+    """Youzan's one route: a JSON command (add, pop, finish, delete)."""
+    youzan_ok = ("the answer: add {success: true, id}; pop {success: true, id, value} "
+                 "(id and value null when no job is due); finish and delete "
+                 "{success: true, id}")
+    seconds = {"type": "integer", "maximum": MAX_SECONDS}
+    youzan_body = {"oneOf": [
+        _obj({"command": {"type": "string", "enum": ["add"]}, "topic": f.topic,
+              "id": {**f.msg_id, "description": "the job id, unique across topics"},
+              "delay": {**seconds, "minimum": 0, "description": "delay, s (default 0)"},
+              "TTR": {**seconds, "minimum": 1, "description": f"time to run: the lease of "
+                                                              f"each pop, s (default "
+                                                              f"{f.ttr_default_s})"},
+              "body": {"type": "string", "maxLength": max_payload_bytes,
+                       "description": f"the job (default empty): at most "
+                                      f"{max_payload_bytes} bytes of UTF-8"}},
+             ["command", "topic", "id"], title="add"),
+        _obj({"command": {"type": "string", "enum": ["pop"]}, "topic": f.topic,
+              "timeout": {"type": "integer", "minimum": 0, "maximum": f.pop_timeout_s,
+                          "description": "longest wait for a due job, s (default 0; at most "
+                                         "the server's max_long_poll_ms)"}},
+             ["command", "topic"], title="pop"),
+        *(_obj({"command": {"type": "string", "enum": [name]},
+                "id": {**f.msg_id, "description": "the job id"}},
+               ["command", "id"], title=name) for name in ("finish", "delete"))]}
+    return {"post": {
+        "summary": "Youzan's commands: add, pop (long poll with a timeout" + hold_info
+                   + "), finish, delete", "tags": ["youzan"],
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": youzan_body}}},
+        "responses": {"200": _json(_YOUZAN, youzan_ok), **_errors(
+            [400, 404, 409, 413, 429, 500, 503], _YOUZAN, secured, {
+                404: "finish or delete: no such job",
+                409: "add: the id is another topic's job; finish: the job is not "
+                     "reserved"})}}}
+
+
+def _ops_paths(secured: bool) -> dict[str, Any]:
+    """The operators' routes: Prometheus metrics and the health check."""
+    health_ok = _obj({"status": {"type": "string", "enum": ["ok"]},
+                      "redis_ms": {"type": "object", "description": "ping round trips, ms",
+                                   "additionalProperties": {"type": "number"}}})
+    health_down = _obj({"status": {"type": "string", "enum": ["error"]}, "error": _STR})
+    return {
         "/metrics": {"get": {
             "summary": "Prometheus metrics", "tags": ["ops"],
             "responses": {"200": {"description": "Prometheus text format", "content": {
@@ -309,18 +350,3 @@ def spec(settings: ServerSettings,
             "responses": {"200": _json(health_ok, "Redis answers"),
                           "503": _json(health_down, "Redis does not answer")}}},
     }
-    doc: dict[str, Any] = {
-        "openapi": "3.0.3",
-        "info": {"title": "dynoqueue serve", "version": __version__,
-                 "description": "Camellia's delay-queue protocol and Youzan's JSON command "
-                                "protocol over dynoqueue queues. " + (
-                                    "Every route but /healthz (and the dashboard page) "
-                                    "needs Authorization: Bearer <token>."
-                                    if secured else "This server has no token.")},
-        "paths": paths,
-    }
-    if secured:
-        doc["components"] = {"securitySchemes": {"bearer": {"type": "http",
-                                                            "scheme": "bearer"}}}
-        doc["security"] = [{"bearer": []}]
-    return doc

@@ -64,85 +64,91 @@ def _text(doc: dict[str, Any], name: str) -> str:
 
 def routes(state: ServerState) -> list[Route]:
     """The Youzan endpoint over ``state``."""
-    settings = state.settings
+    return [Route(PATH, _Youzan(state).endpoint, methods=["POST"])]
 
-    async def add(doc: dict[str, Any], request: Request) -> JSON:
+
+class _Youzan:
+    """The Youzan endpoint over one server state: one method per command."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.handlers = {"add": self.add, "pop": self.pop, "finish": self.finish,
+                         "delete": self.delete}
+
+    async def endpoint(self, request: Request) -> JSON:
+        doc = await json_body(request, self.settings.max_body_bytes)
+        if not isinstance(doc, dict):
+            raise BadRequest("the body must be a JSON object with a command")
+        command = doc.get("command")
+        handler = self.handlers.get(command) if isinstance(command, str) else None
+        if handler is None:
+            raise BadRequest(f"command must be one of {', '.join(self.handlers)}, "
+                             f"got {doc.get('command')!r:.40}")
+        return await handler(doc, request)
+
+    async def add(self, doc: dict[str, Any], request: Request) -> JSON:
         topic = check_queue_name(_text(doc, "topic"), "topic")
         job_id = _text(doc, "id")
         delay = _seconds(doc, "delay", 0, 0, MAX_SECONDS)
-        ttr = _seconds(doc, "TTR", settings.youzan_ttr_s, 1, MAX_SECONDS)
+        ttr = _seconds(doc, "TTR", self.settings.youzan_ttr_s, 1, MAX_SECONDS)
         body = doc.get("body", "")
         if not isinstance(body, str):
             raise BadRequest(f"body must be a string, got {body!r:.40}")
         message = Message(job_id, body, timeout=delay * 1000)
-        message.validate(state.factory().settings.max_payload_bytes)  # before any write
-        queue = await state.topic(topic)
-        known = await state.index_get(job_id)
+        message.validate(self.state.factory().settings.max_payload_bytes)  # before any write
+        queue = await self.state.topic(topic)
+        known = await self.state.index_get(job_id)
         if known is not None and known.get("topic") != topic:
             return answer(False, f"job {job_id} exists in topic {known.get('topic')}", job_id,
                           status=409)
-        await state.index_set(job_id, topic, ttr)
+        await self.state.index_set(job_id, topic, ttr)
         await queue.push([message])
         return answer(True, "", job_id)
 
-    async def pop(doc: dict[str, Any], request: Request) -> JSON:
+    async def pop(self, doc: dict[str, Any], request: Request) -> JSON:
         topic = check_queue_name(_text(doc, "topic"), "topic")
-        wait_s = _seconds(doc, "timeout", 0, 0, settings.max_long_poll_ms // 1000)
-        slot = (state.long_poll_slot(client_of(request), wait_s * 1000) if wait_s
+        wait_s = _seconds(doc, "timeout", 0, 0, self.settings.max_long_poll_ms // 1000)
+        slot = (self.state.long_poll_slot(client_of(request), wait_s * 1000) if wait_s
                 else contextlib.nullcontext())
         with slot:
-            queue = await state.topic(topic)
-            got = await state.polls.pull(topic, queue, 1, settings.youzan_ttr_s * 1000,
+            queue = await self.state.topic(topic)
+            got = await self.state.polls.pull(topic, queue, 1, self.settings.youzan_ttr_s * 1000,
                                          wait_s * 1000, request.is_disconnected)
         if not got:
             return answer(True, "", None, None)
         job = got[0]
-        known = await state.index_get(job.id)
-        ttr = int(known["ttr"]) if known and "ttr" in known else settings.youzan_ttr_s
-        if ttr != settings.youzan_ttr_s:
+        known = await self.state.index_get(job.id)
+        ttr = int(known["ttr"]) if known and "ttr" in known else self.settings.youzan_ttr_s
+        if ttr != self.settings.youzan_ttr_s:
             await queue.set_unack_timeout(job.id, ttr * 1000, receipt=job.receipt)
         return answer(True, "", job.id, job.payload)
 
-    async def finish(doc: dict[str, Any], request: Request) -> JSON:
+    async def finish(self, doc: dict[str, Any], request: Request) -> JSON:
         job_id = _text(doc, "id")
-        known = await state.index_get(job_id)
+        known = await self.state.index_get(job_id)
         if known is None:
             return answer(False, f"job {job_id} not found", job_id, status=404)
-        queue = await state.topic(str(known["topic"]))
+        queue = await self.state.topic(str(known["topic"]))
         if not await queue.ack(job_id):
             now = await queue.state(job_id)
             if now is None or now in (MessageState.ACKED, MessageState.DELETED,
                                       MessageState.EXPIRED):
-                await state.index_drop(job_id)
+                await self.state.index_drop(job_id)
                 return answer(False, f"job {job_id} not found", job_id, status=404)
             return answer(False, f"job {job_id} is not reserved ({now.name.lower()})", job_id,
                           status=409)
-        await state.index_drop(job_id)
+        await self.state.index_drop(job_id)
         return answer(True, "", job_id)
 
-    async def delete(doc: dict[str, Any], request: Request) -> JSON:
+    async def delete(self, doc: dict[str, Any], request: Request) -> JSON:
         job_id = _text(doc, "id")
-        known = await state.index_get(job_id)
+        known = await self.state.index_get(job_id)
         if known is None:
             return answer(False, f"job {job_id} not found", job_id, status=404)
-        queue = await state.topic(str(known["topic"]))
+        queue = await self.state.topic(str(known["topic"]))
         removed = await queue.remove(job_id)
-        await state.index_drop(job_id)
+        await self.state.index_drop(job_id)
         if not removed:
             return answer(False, f"job {job_id} not found", job_id, status=404)
         return answer(True, "", job_id)
-
-    handlers = {"add": add, "pop": pop, "finish": finish, "delete": delete}
-
-    async def endpoint(request: Request) -> JSON:
-        doc = await json_body(request, settings.max_body_bytes)
-        if not isinstance(doc, dict):
-            raise BadRequest("the body must be a JSON object with a command")
-        command = doc.get("command")
-        handler = handlers.get(command) if isinstance(command, str) else None
-        if handler is None:
-            raise BadRequest(f"command must be one of {', '.join(handlers)}, "
-                             f"got {doc.get('command')!r:.40}")
-        return await handler(doc, request)
-
-    return [Route(PATH, endpoint, methods=["POST"])]
