@@ -29,6 +29,15 @@ def _command(subparsers: Any, name: str, handler: Callable[[argparse.Namespace],
 
 def add_parsers(subparsers: Any) -> None:
     """Add the ops subcommands to the ``dynoqueue`` command's subparsers."""
+    _add_reading(subparsers)
+    _add_changing(subparsers)
+    _add_top(subparsers)
+    _add_configuring(subparsers)
+    serve.add_parser(subparsers)
+
+
+def _add_reading(subparsers: Any) -> None:
+    """stats, peek, get, dead: they read and change nothing."""
     stats = _command(subparsers, "stats", commands.stats,
                      "per queue and shard: waiting, ready, delayed, leased, dead, oldest age",
                      "Show each queue's counts per shard, read from Redis now. Without "
@@ -54,6 +63,9 @@ def add_parsers(subparsers: Any) -> None:
     dead.add_argument("-n", type=int_at_least(1), default=100, metavar="N",
                       help="most dead letters (default 100)")
 
+
+def _add_changing(subparsers: Any) -> None:
+    """redrive, remove, purge: they move or delete messages."""
     redrive = _command(subparsers, "redrive", commands.redrive,
                        "dead letters back to waiting",
                        "Put dead letters back to waiting (their delivery counts start again).")
@@ -76,6 +88,9 @@ def add_parsers(subparsers: Any) -> None:
     purge.add_argument("--dead", action="store_true", help="only the dead letters")
     purge.add_argument("--yes", action="store_true", help="do not ask")
 
+
+def _add_top(subparsers: Any) -> None:
+    """top: the live view."""
     top = _command(subparsers, "top", commands.top, "a live view of every queue with rates",
                    "Refresh a table of every queue (or the named ones) with the rate of "
                    "change per second of waiting, leased and dead. Ctrl-C stops it.")
@@ -85,6 +100,9 @@ def add_parsers(subparsers: Any) -> None:
     top.add_argument("--iterations", type=int_at_least(0), default=0, metavar="N",
                      help="stop after N refreshes (default 0: until Ctrl-C)")
 
+
+def _add_configuring(subparsers: Any) -> None:
+    """policy, discover: a queue's stored policy, the queue registry."""
     policy = _command(subparsers, "policy", commands.policy,
                       "show or change a queue's stored policy",
                       "Show the queue's stored QueuePolicy, or change the fields given "
@@ -106,5 +124,3 @@ def add_parsers(subparsers: Any) -> None:
              "Add every queue found in Redis under the prefix to the queue registry, so "
              "that every zone's unack pass covers it. Once, for queues only Java v1 "
              "clients have written (they do not register queues).")
-
-    serve.add_parser(subparsers)
