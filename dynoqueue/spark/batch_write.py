@@ -139,67 +139,87 @@ def push_rows(options: SourceOptions, columns: WriteColumns,
         RedisOperationError, QuorumNotReachedError: Redis failed (pushing again is safe).
     """
     partition, attempt = _task_ids()
-    pushed = pushes = 0
-    number = 0
-    pending: list[tuple[Message, float | None]] = []
+    with connected(options) as queues:
+        batches = _Batches(options, columns, partition, queues)
+        for row in rows:
+            batches.add(row)
+        batches.flush()
+    return PartitionWritten(partition, attempt, batches.pushed, batches.pushes)
 
-    def bad(message_id: Any, why: str) -> InvalidMessageError:
+
+class _Batches:
+    """One write task's pending batch and its counts: rows seen, rows pushed, push calls."""
+
+    def __init__(self, options: SourceOptions, columns: WriteColumns, partition: int,
+                 queues: Any) -> None:
+        self.options = options
+        self.columns = columns
+        self.partition = partition
+        self.queues = queues
+        self.queue = queues.get(options.queue)
+        self.pushed = self.pushes = 0
+        self.number = 0
+        self.pending: list[tuple[Message, float | None]] = []
+
+    def add(self, row: Sequence[Any]) -> None:
+        """Check one row and add it to the batch; push the batch once it is full."""
+        self.number += 1
+        self.pending.append(self._message_of(row))
+        if len(self.pending) >= self.options.batch_size:
+            self.flush()
+
+    def _bad(self, message_id: Any, why: str) -> InvalidMessageError:
         return InvalidMessageError(
-            f"dynoqueue write to {options.describe()}: bad row {number} of partition "
-            f"{partition} (id={message_id!r}): {why}. Rows from its batch on were not pushed; "
-            f"{pushed} earlier rows of this partition were (pushes are idempotent by id: fix "
-            "the data and run the write again)"
+            f"dynoqueue write to {self.options.describe()}: bad row {self.number} of partition "
+            f"{self.partition} (id={message_id!r}): {why}. Rows from its batch on were not "
+            f"pushed; {self.pushed} earlier rows of this partition were (pushes are idempotent "
+            "by id: fix the data and run the write again)"
         )
 
-    with connected(options) as queues:
-        queue = queues.get(options.queue)
+    def _message_of(self, row: Sequence[Any]) -> tuple[Message, float | None]:
+        """The row's message and its due time (epoch ms, None: no due column or a null)."""
+        columns = self.columns
+        message_id = row[columns.id]
+        payload = row[columns.payload] if columns.payload >= 0 else None
+        priority = row[columns.priority] if columns.priority >= 0 else None
+        timeout = row[columns.timeout] if columns.timeout >= 0 else None
+        due = row[columns.due] if columns.due >= 0 else None
+        if not isinstance(message_id, str) or not message_id:
+            raise self._bad(message_id, "id must be a non-empty string")
+        due_ms = None
+        if due is not None:
+            if not isinstance(due, datetime):
+                raise self._bad(message_id, f"due must be a timestamp, got {due!r}")
+            due_ms = due.timestamp() * 1000  # naive = local time, as pyspark hands it
+        try:  # every field check of Message, before anything of the batch is pushed
+            message = Message(message_id, payload, 0 if timeout is None else timeout,
+                              0 if priority is None else priority)
+        except InvalidMessageError as exc:
+            raise self._bad(message_id, str(exc)) from None
+        return message, due_ms
 
-        def flush() -> None:
-            nonlocal pushed, pushes
-            if not pending:
-                return
-            if columns.due >= 0:
-                now = server_ms(queues.quorum_conn, "spark_write", queue.keys.message_hash,
-                                options)
-                for message, due_ms in pending:
-                    if due_ms is not None:  # never due before the row's due time
-                        message.timeout = max(0, math.ceil(due_ms - now))
-            try:
-                queue.push([message for message, _ in pending])
-            except InvalidMessageError as exc:  # e.g. a payload over max_payload_bytes
-                raise InvalidMessageError(
-                    f"dynoqueue write to {options.describe()}: partition {partition}: {exc}. "
-                    f"Nothing of this batch was pushed; {pushed} earlier rows of this "
-                    "partition were"
-                ) from None
-            pushed += len(pending)
-            pushes += 1
-            pending.clear()
-
-        for row in rows:
-            number += 1
-            message_id = row[columns.id]
-            payload = row[columns.payload] if columns.payload >= 0 else None
-            priority = row[columns.priority] if columns.priority >= 0 else None
-            timeout = row[columns.timeout] if columns.timeout >= 0 else None
-            due = row[columns.due] if columns.due >= 0 else None
-            if not isinstance(message_id, str) or not message_id:
-                raise bad(message_id, "id must be a non-empty string")
-            due_ms = None
-            if due is not None:
-                if not isinstance(due, datetime):
-                    raise bad(message_id, f"due must be a timestamp, got {due!r}")
-                due_ms = due.timestamp() * 1000  # naive = local time, as pyspark hands it
-            try:  # every field check of Message, before anything of the batch is pushed
-                message = Message(message_id, payload, 0 if timeout is None else timeout,
-                                  0 if priority is None else priority)
-            except InvalidMessageError as exc:
-                raise bad(message_id, str(exc)) from None
-            pending.append((message, due_ms))
-            if len(pending) >= options.batch_size:
-                flush()
-        flush()
-    return PartitionWritten(partition, attempt, pushed, pushes)
+    def flush(self) -> None:
+        """Push the pending batch (each delay from its due time and the server's clock)."""
+        pending, options = self.pending, self.options
+        if not pending:
+            return
+        if self.columns.due >= 0:
+            now = server_ms(self.queues.quorum_conn, "spark_write",
+                            self.queue.keys.message_hash, options)
+            for message, due_ms in pending:
+                if due_ms is not None:  # never due before the row's due time
+                    message.timeout = max(0, math.ceil(due_ms - now))
+        try:
+            self.queue.push([message for message, _ in pending])
+        except InvalidMessageError as exc:  # e.g. a payload over max_payload_bytes
+            raise InvalidMessageError(
+                f"dynoqueue write to {options.describe()}: partition {self.partition}: {exc}. "
+                f"Nothing of this batch was pushed; {self.pushed} earlier rows of this "
+                "partition were"
+            ) from None
+        self.pushed += len(pending)
+        self.pushes += 1
+        pending.clear()
 
 
 def summary(messages: Sequence[WriterCommitMessage | None]) -> str:

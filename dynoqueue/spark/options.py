@@ -109,19 +109,7 @@ class SourceOptions:
             )
         url = _required(opts, "url")
         queue = check_queue_name(_required(opts, "queue"), "option 'queue'")
-        zones = _zones(opts.get("zones"))
-        local_zone = opts.get("localzone") or None
-        if local_zone is not None and (zones is None or local_zone not in zones):
-            raise ConfigurationError(
-                f"option 'localZone' {local_zone!r} must be one of option 'zones' "
-                f"({list(zones) if zones else 'not set'})"
-            )
-        replica_urls = _replica_urls(opts.get("replicaurls"))
-        if replica_urls and zones is None:
-            raise ConfigurationError("option 'replicaUrls' needs option 'zones'")
-        strays = sorted(set(replica_urls) - set(zones or ()))
-        if strays:
-            raise ConfigurationError(f"option 'replicaUrls' names unknown zones {strays}")
+        zones, local_zone, replica_urls = _zones_of(opts)
         claim = opts.get("claimshards", "all").strip().lower()
         if claim not in {"all", "local"}:
             raise ConfigurationError(f"option 'claimShards' must be all or local, got {claim!r}")
@@ -150,6 +138,26 @@ class SourceOptions:
     def describe(self) -> str:
         """A one-line description for messages: queue, prefix and the redacted URL."""
         return f"queue {self.queue!r} (prefix {self.key_prefix!r}) at {redact_url(self.url)}"
+
+
+def _zones_of(
+    opts: Mapping[str, str],
+) -> tuple[tuple[str, ...] | None, str | None, dict[str, str]]:
+    """The options ``zones``, ``localZone`` and ``replicaUrls``, checked against each other."""
+    zones = _zones(opts.get("zones"))
+    local_zone = opts.get("localzone") or None
+    if local_zone is not None and (zones is None or local_zone not in zones):
+        raise ConfigurationError(
+            f"option 'localZone' {local_zone!r} must be one of option 'zones' "
+            f"({list(zones) if zones else 'not set'})"
+        )
+    replica_urls = _replica_urls(opts.get("replicaurls"))
+    if replica_urls and zones is None:
+        raise ConfigurationError("option 'replicaUrls' needs option 'zones'")
+    strays = sorted(set(replica_urls) - set(zones or ()))
+    if strays:
+        raise ConfigurationError(f"option 'replicaUrls' names unknown zones {strays}")
+    return zones, local_zone, replica_urls
 
 
 def _required(opts: Mapping[str, str], key: str) -> str:
