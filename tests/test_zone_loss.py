@@ -375,6 +375,8 @@ def test_fault_a_killed_zone_loses_nothing(ring) -> None:
         budget_s = (grace_ms + lease_ms) / 1000 + 1.0  # + heartbeat tick and the pop's wait
         settled = ledger.settle_unconfirmed_acks(survivors[ZONES[0]].get(name), killed_at)
         eventually(lambda: not ledger.lost, timeout_s=budget_s + 2)
+        # Where the lost ones are, for the failure message (None: no longer in Redis).
+        where = {i: survivors[ZONES[0]].get(name).info(i) for i in sorted(ledger.lost)[:3]}
     finally:
         stop_producing.set()
         stop_consuming.set()
@@ -388,7 +390,8 @@ def test_fault_a_killed_zone_loses_nothing(ring) -> None:
         for client in clients:
             client.close()
     print(ledger.row())
-    assert not ledger.lost, f"{len(ledger.lost)} lost, e.g. {sorted(ledger.lost)[:5]}"
+    assert not ledger.lost, f"{len(ledger.lost)} lost, e.g. {where}; zone c acking: " \
+        f"{sorted(ledger.lost & ledger.acking)}"
     assert ledger.early == 0 and not ledger.untyped_errors()
     # Pushed before the kill: counted from the kill; after it: from the push.
     late = [ledger.completed[i] - max(pushed_at[i], killed_at) for i in ledger.acknowledged
