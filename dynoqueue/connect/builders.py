@@ -44,6 +44,8 @@ class BuildSettings(QueueOptions, total=False):
     shard_supplier: ShardSupplier
 
 
+# Long for its keywords and their docstring, the one reference of every builder keyword; the
+# body is 30 lines.
 def from_url(
     factory: Callable[..., F],
     url: str,
@@ -131,6 +133,7 @@ def from_url(
     return _build(factory, primary, local or primary, key_prefix, supplier, settings)
 
 
+# Long for its keywords and their docstring (the Sentinel-specific ones); the body is 30 lines.
 def from_sentinel(
     factory: Callable[..., F],
     sentinels: Sequence[tuple[str, int]] | str,
@@ -182,11 +185,7 @@ def from_sentinel(
     Raises:
         ConfigurationError: a bad sentinel list, zone list or setting.
     """
-    if isinstance(sentinels, str):
-        sentinels = [host_port(item, sentinels) for item in sentinels.split(",") if item]
-    sentinels = list(sentinels)
-    if not sentinels:
-        raise ConfigurationError("at least one sentinel address is needed")
+    sentinels = _sentinel_addresses(sentinels)
     if not service_name:
         raise ConfigurationError("service_name must name the monitored primary")
     flavor = _flavor(factory)
@@ -195,14 +194,7 @@ def from_sentinel(
     endpoint = f"sentinel service {service_name} via {_addresses(sentinels)}"
     common = _credentials(_options(flavor, client_options, retry, endpoint, limit_s), tls,
                           username, password)
-    tls_only = {k: v for k, v in common.items() if k == "ssl" or k in TLS_PARAMS}
-    # One quick try per sentinel: the data connection's retry budget already repeats the
-    # whole discovery, and nested retries would multiply into minutes.
-    quick_s = min(1.0, limit_s / 4)
-    to_sentinels = {"socket_timeout": quick_s, "socket_connect_timeout": quick_s,
-                    "retry": flavor.make_retry(RetryBudget(retries=0), endpoint, limit_s),
-                    **tls_only, **(sentinel_options or {})}
-    _cap_timeouts(to_sentinels, limit_s)
+    to_sentinels = _to_sentinels(flavor, common, sentinel_options, endpoint, limit_s)
     local = _replica_client(flavor, replica_urls, zones, local_zone, client_options, retry,
                             limit_s, wanted=read_from_replicas,
                             extra=_credentials({}, tls, username, password))
@@ -264,44 +256,80 @@ def from_cluster(
     flavor = _flavor(factory)
     limit_s = _call_timeout_s(settings)
     supplier = _shard_supplier(zones, local_zone, settings)
-    query: dict[str, Any] = {}
-    if isinstance(nodes, str):
-        parsed = parse_url(nodes)
-        if parsed.kind == "sentinel":
-            raise ConfigurationError("from_cluster was given a sentinel URL")
-        if parsed.kind == "single":
-            if not parsed.nodes:
-                raise ConfigurationError(f"a cluster node needs host:port: {redact_url(nodes)}")
-            parsed.options.pop("db", None)
-        startup = parsed.nodes
-        username = parsed.username if parsed.username is not None else username
-        password = parsed.password if parsed.password is not None else password
-        tls = tls or parsed.tls
-        query = parsed.options
-    else:
-        startup = [(str(h), int(p)) for h, p in nodes]
-        if not startup:
-            raise ConfigurationError("at least one cluster node is needed")
+    startup, username, password, tls, query = _cluster_nodes(nodes, username, password, tls)
     endpoint = f"cluster {_addresses(startup)}"
     common = _credentials({**query, **_options(flavor, client_options, retry, endpoint,
                                                 limit_s)}, tls, username, password)
     common.pop("retry_on_error", None)  # RedisCluster retries MOVED/ASK and failovers itself
     startup_nodes = [flavor.cluster_node(h, p) for h, p in startup]
-
-    def cluster(**extra: Any) -> Any:
-        try:
-            return flavor.cluster(startup_nodes=startup_nodes, **common, **extra)
-        except (RedisError, RedisClusterException) as exc:
-            raise RedisOperationError("connect", "", f"Redis Cluster at {startup}: {exc}") from exc
-
-    primary = cluster()
+    primary = _cluster_client(flavor, startup, startup_nodes, common)
     local = primary
     if read_from_replicas:
-        local = cluster(load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS)
+        local = _cluster_client(
+            flavor, startup, startup_nodes, common,
+            load_balancing_strategy=LoadBalancingStrategy.ROUND_ROBIN_REPLICAS)
     return _build(factory, primary, local, key_prefix, supplier, settings)
 
 
 # ---------------------------------------------------------------------------------- helpers
+
+
+def _sentinel_addresses(sentinels: Sequence[tuple[str, int]] | str) -> list[tuple[str, int]]:
+    """The sentinels' addresses from a list or ``"host:port,host:port"``; at least one."""
+    if isinstance(sentinels, str):
+        sentinels = [host_port(item, sentinels) for item in sentinels.split(",") if item]
+    sentinels = list(sentinels)
+    if not sentinels:
+        raise ConfigurationError("at least one sentinel address is needed")
+    return sentinels
+
+
+def _to_sentinels(flavor: Flavor, common: Mapping[str, Any],
+                  sentinel_options: Mapping[str, Any] | None, endpoint: str,
+                  limit_s: float) -> dict[str, Any]:
+    """Options of the connections to the sentinels themselves: the data nodes' TLS settings,
+    short timeouts, then the caller's ``sentinel_options`` (capped by the deadline)."""
+    tls_only = {k: v for k, v in common.items() if k == "ssl" or k in TLS_PARAMS}
+    # One quick try per sentinel: the data connection's retry budget already repeats the
+    # whole discovery, and nested retries would multiply into minutes.
+    quick_s = min(1.0, limit_s / 4)
+    to_sentinels = {"socket_timeout": quick_s, "socket_connect_timeout": quick_s,
+                    "retry": flavor.make_retry(RetryBudget(retries=0), endpoint, limit_s),
+                    **tls_only, **(sentinel_options or {})}
+    _cap_timeouts(to_sentinels, limit_s)
+    return to_sentinels
+
+
+def _cluster_nodes(
+    nodes: str | Sequence[tuple[str, int]], username: str | None, password: str | None,
+    tls: bool,
+) -> tuple[list[tuple[str, int]], str | None, str | None, bool, dict[str, Any]]:
+    """A cluster's startup nodes, user, password and TLS (a URL's win over the arguments),
+    and the URL's query options."""
+    if not isinstance(nodes, str):
+        startup = [(str(h), int(p)) for h, p in nodes]
+        if not startup:
+            raise ConfigurationError("at least one cluster node is needed")
+        return startup, username, password, tls, {}
+    parsed = parse_url(nodes)
+    if parsed.kind == "sentinel":
+        raise ConfigurationError("from_cluster was given a sentinel URL")
+    if parsed.kind == "single":
+        if not parsed.nodes:
+            raise ConfigurationError(f"a cluster node needs host:port: {redact_url(nodes)}")
+        parsed.options.pop("db", None)
+    return (parsed.nodes,
+            parsed.username if parsed.username is not None else username,
+            parsed.password if parsed.password is not None else password,
+            tls or parsed.tls, parsed.options)
+
+
+def _cluster_client(flavor: Flavor, startup: list[tuple[str, int]], startup_nodes: list[Any],
+                    common: Mapping[str, Any], **extra: Any) -> Any:
+    try:
+        return flavor.cluster(startup_nodes=startup_nodes, **common, **extra)
+    except (RedisError, RedisClusterException) as exc:
+        raise RedisOperationError("connect", "", f"Redis Cluster at {startup}: {exc}") from exc
 
 
 def _flavor(factory: Any) -> Flavor:
