@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from dynoqueue import ConfigurationError, Message, RedisOperationError, RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
-from dynoqueue.core.queue import DYNOMITE_RETRY_PAUSES_S
+from dynoqueue.core.sender import DYNOMITE_RETRY_PAUSES_S
 from dynoqueue.embedded import ENV_DYNOMITE, DynomiteTopology, dynomite, find_dynomite
 from dynoqueue.embedded import server as embedded_server
 from dynoqueue.errors import DynomiteNotFoundError, DynomiteQuorumError, DynomiteStorageError

@@ -21,8 +21,9 @@ from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
 from .failures import guarded
 from .preflight import ServerCheck
-from .queue import QueueCore, no_events
+from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op
+from .state import no_events
 from .zones import ZoneWatch
 
 log = logging.getLogger("dynoqueue.queues")
