@@ -136,6 +136,8 @@ class LuaPattern:
             self._subject = b""
         return False
 
+    # One function, as lstrlib.c's do_match: a helper for each recursive branch (-, *, +,
+    # captures) would add a frame per pattern item and halve the depth the recursion limit allows.
     def _match(self, s: int, i: int) -> int | None:
         """Lua's ``do_match``: the end of a match of tokens[i:] at s, or None."""
         tokens, subject = self._tokens, self._subject
@@ -198,24 +200,10 @@ class LuaPattern:
                     capture[1] = -1
                 return end
             elif kind == _BALANCE:
-                opener, closer = token[1], token[2]
-                if s >= n or subject[s] != opener:
+                end = self._match_balance(s, token[1], token[2])
+                if end is None:
                     return None
-                depth, begin = 1, s
-                s += 1
-                while s < n:
-                    c = subject[s]
-                    if c == closer:
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    elif c == opener:
-                        depth += 1
-                    s += 1
-                self._steps += (s - begin) >> 4
-                if s >= n:
-                    return None
-                s += 1
+                s = end
                 i += 1
             elif kind == _FRONTIER:
                 table = token[1]
@@ -232,6 +220,28 @@ class LuaPattern:
                 i += 1
             else:  # _END
                 return s if s == n else None
+
+
+    def _match_balance(self, s: int, opener: int, closer: int) -> int | None:
+        """Lua's ``matchbalance`` (``%b``): the index after the balanced run at ``s``, or None."""
+        subject, n = self._subject, len(self._subject)
+        if s >= n or subject[s] != opener:
+            return None
+        depth, begin = 1, s
+        s += 1
+        while s < n:
+            c = subject[s]
+            if c == closer:
+                depth -= 1
+                if depth == 0:
+                    break
+            elif c == opener:
+                depth += 1
+            s += 1
+        self._steps += (s - begin) >> 4
+        if s >= n:
+            return None
+        return s + 1
 
 
 def _compile(p: bytes) -> list[_Token]:
@@ -268,39 +278,45 @@ def _compile(p: bytes) -> list[_Token]:
             tokens.append((_END,))
             i += 1
             continue
-        if c == 0x25 and i + 1 < n:  # %
-            nxt = p[i + 1]
-            if nxt == 0x62:  # %b
-                if i + 3 >= n:
-                    raise InvalidPatternError("malformed Lua pattern: unbalanced pattern "
-                                              "(%b needs two characters)")
-                tokens.append((_BALANCE, p[i + 2], p[i + 3]))
-                i += 4
-                continue
-            if nxt == 0x66:  # %f
-                if i + 2 >= n or p[i + 2] != 0x5B:
-                    raise InvalidPatternError("malformed Lua pattern: missing '[' after '%f'")
-                end = _class_end(p, i + 2)
-                tokens.append((_FRONTIER, _set_table(p, i + 2, end - 1)))
-                i = end
-                continue
-            if 0x30 <= nxt <= 0x39:  # %1 .. %9: a back-reference
-                index = nxt - 0x31
-                if index < 0 or index not in closed or _is_position(tokens, index):
-                    raise InvalidPatternError("malformed Lua pattern: invalid capture index "
-                                              f"%{chr(nxt)}")
-                tokens.append((_BACKREF, index))
-                i += 2
-                continue
-        end = _class_end(p, i)
-        table = _item_table(p, i, end)
-        quantifier = chr(p[end]) if end < n and p[end] in b"?*+-" else ""
-        run = re.compile(_byte_class(table) + b"*") if quantifier in ("*", "+") else None
-        tokens.append((_ITEM, table, quantifier, run))
-        i = end + (1 if quantifier else 0)
+        special = _percent_token(p, i, tokens, closed) if c == 0x25 and i + 1 < n else None
+        token, i = special or _item_token(p, i)
+        tokens.append(token)
     if opened:
         raise InvalidPatternError("malformed Lua pattern: unfinished capture")
     return tokens
+
+
+def _percent_token(p: bytes, i: int, tokens: list[_Token],
+                   closed: set[int]) -> tuple[_Token, int] | None:
+    """The ``%b``, ``%f`` or back-reference token at ``p[i] == '%'`` and the index after it;
+    None for a class (``%a``, ``%%``...), which is an item."""
+    n, nxt = len(p), p[i + 1]
+    if nxt == 0x62:  # %b
+        if i + 3 >= n:
+            raise InvalidPatternError("malformed Lua pattern: unbalanced pattern "
+                                      "(%b needs two characters)")
+        return (_BALANCE, p[i + 2], p[i + 3]), i + 4
+    if nxt == 0x66:  # %f
+        if i + 2 >= n or p[i + 2] != 0x5B:
+            raise InvalidPatternError("malformed Lua pattern: missing '[' after '%f'")
+        end = _class_end(p, i + 2)
+        return (_FRONTIER, _set_table(p, i + 2, end - 1)), end
+    if 0x30 <= nxt <= 0x39:  # %1 .. %9: a back-reference
+        index = nxt - 0x31
+        if index < 0 or index not in closed or _is_position(tokens, index):
+            raise InvalidPatternError("malformed Lua pattern: invalid capture index "
+                                      f"%{chr(nxt)}")
+        return (_BACKREF, index), i + 2
+    return None
+
+
+def _item_token(p: bytes, i: int) -> tuple[_Token, int]:
+    """The single-character item at ``i`` with its quantifier, and the index after them."""
+    end = _class_end(p, i)
+    table = _item_table(p, i, end)
+    quantifier = chr(p[end]) if end < len(p) and p[end] in b"?*+-" else ""
+    run = re.compile(_byte_class(table) + b"*") if quantifier in ("*", "+") else None
+    return (_ITEM, table, quantifier, run), end + (1 if quantifier else 0)
 
 
 def _is_position(tokens: list[_Token], index: int) -> bool:
