@@ -86,15 +86,16 @@ class SyncDriver:
             try:
                 reply = self._command(command)
             except Exception as exc:  # the operation decides, as if it had sent the command
-                step = rq.Step(op())
-                if step.pending:
-                    step.send(None, common.typed(exc))
-                return self._steps(step, deadline)
+                return self._steps(rq.Step(op()), deadline, exc)
             return done(reply)
         finally:
             CURRENT.reset(token)
 
-    def _steps(self, step: rq.Step[T], deadline: Deadline) -> T:
+    def _steps(self, step: rq.Step[T], deadline: Deadline,
+               error: BaseException | None = None) -> T:
+        """Advance ``step`` to its end, first throwing ``error`` in at its request if given."""
+        if error is not None and step.pending:
+            step.send(None, common.typed(error))
         while step.pending:
             if not answered_here(step, deadline, self.call_timeout_s):
                 step.send(*self._outcome(step.request))
