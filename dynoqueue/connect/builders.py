@@ -6,7 +6,8 @@ reads, on the local zone's replica. The builders make both from addresses, with 
 and ACL users, and hand them to the factory class they are given (``dynoqueue.RedisQueues`` or
 ``dynoqueue.asyncio.RedisQueues``), which then owns them: closing it closes them. The factory
 classes call these builders from their ``from_url`` / ``from_sentinel`` / ``from_cluster``; this
-module never imports them. URL forms: :mod:`dynoqueue.connect.urls`.
+module never imports them. URL forms: :mod:`dynoqueue.connect.urls`; the Dynomite profile:
+:mod:`dynoqueue.connect.dynomite`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError, RedisOperationError
 from ..model import validate
-from ..model.clock import system_clock_ms
 from ..model.settings import DEFAULT_CALL_TIMEOUT_MS, QueueOptions, check_call_timeout_ms
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
 from .clients import ASYNC, SYNC, Flavor, RetryBudget
-from .failover import AsyncFailoverConnection, FailoverConnection
+from .dynomite import dynomite_nodes, dynomite_profile
 from .primary import PrimaryWatcher
-from .urls import TLS_PARAMS, ParsedUrl, host_port, parse_url, redact_url, typed_options
+from .urls import TLS_PARAMS, host_port, parse_url, redact_url, typed_options
 
 #: Shard of a deployment built without zones.
 SINGLE_SHARD = "a"
@@ -103,10 +103,10 @@ def from_url(
     """
     node_options: dict[str, Any] = {}
     if dynomite:
-        url, node_options = _dynomite_nodes(url, _flavor(factory))
+        url, node_options = dynomite_nodes(url, _flavor(factory) is ASYNC)
     parsed = parse_url(url)
     if dynomite:
-        settings, client_options = _dynomite(parsed, settings, client_options)
+        settings, client_options = dynomite_profile(parsed, settings, client_options)
     if parsed.kind == "sentinel":
         assert parsed.service_name is not None
         return from_sentinel(
@@ -334,55 +334,6 @@ def _cluster_client(flavor: Flavor, startup: list[tuple[str, int]], startup_node
 
 def _flavor(factory: Any) -> Flavor:
     return ASYNC if getattr(factory, "asynchronous", False) else SYNC
-
-
-def _dynomite_nodes(url: str, flavor: Flavor) -> tuple[str, dict[str, Any]]:
-    """A Dynomite URL's first node's URL, and the connection options that fail over to the
-    others (``redis://h1:p1,h2:p2,...[/0][?...]``; none for one node)."""
-    scheme, sep, rest = url.partition("://")
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    hosts, tail = rest[:cut], rest[cut:]
-    if not sep or scheme.lower() not in ("redis", "rediss") or "," not in hosts:
-        return url, {}
-    urls = [f"{scheme}://{host}{tail}" for host in hosts.split(",")]
-    nodes = [parse_url(one).nodes[0] for one in urls]  # each checked as a URL of its own
-    connection = AsyncFailoverConnection if flavor is ASYNC else FailoverConnection
-    return urls[0], {"connection_class": connection, "addresses": nodes}
-
-
-def _dynomite(parsed: ParsedUrl, settings: BuildSettings,
-              client_options: Mapping[str, Any] | None
-              ) -> tuple[BuildSettings, dict[str, Any]]:
-    if parsed.kind != "single":
-        raise ConfigurationError("the Dynomite profile takes redis://host:port of the local "
-                                 "node (then of the nodes to fail over to, comma-separated)")
-    if parsed.tls or parsed.username or parsed.password:
-        raise ConfigurationError("Dynomite supports neither TLS to clients nor AUTH; "
-                                 "secure it at the network level")
-    options = dict(client_options or {})
-    if parsed.options.get("db", 0) or options.get("db", 0):
-        raise ConfigurationError("Dynomite has only db 0 (it does not forward SELECT)")
-    if parsed.options.get("client_name") or options.get("client_name"):
-        raise ConfigurationError("Dynomite does not accept CLIENT SETNAME: drop client_name")
-    if settings.get("write_quorum", 0):
-        raise ConfigurationError("Dynomite has no WAIT: replication across racks is its own "
-                                 "(its consistency level); use write_quorum=0")
-    if settings.get("doorbell") or settings.get("eval_scripts") is False:
-        raise ConfigurationError("Dynomite has no pub/sub (doorbell=False) and a restarted "
-                                 "rack loses its scripts (eval_scripts=True)")
-    if settings.get("eviction_check", "off") != "off":
-        raise ConfigurationError("Dynomite does not forward CONFIG GET (it closes the "
-                                 "connection): check each rack's maxmemory-policy yourself "
-                                 "and leave eviction_check off")
-    # RESP2 and no CLIENT SETINFO: Dynomite closes the connection on commands it does not know.
-    options.update(protocol=2, driver_info=None)
-    # hash_tag stays the caller's choice: off shares keys with Java dyno-queues (one node per
-    # rack), on is needed with several nodes per rack (Dynomite's hash_tag: "{}").
-    profile: BuildSettings = {"hash_tag": False, "clock": system_clock_ms}
-    profile.update(settings)
-    profile["doorbell"], profile["eval_scripts"] = False, True
-    profile["eviction_check"] = "off"
-    return profile, options
 
 
 def _build(factory: Callable[..., F], quorum: Any, non_quorum: Any, key_prefix: str,
