@@ -216,10 +216,8 @@ class QueueState:
         its WAIT (see :meth:`_write`). Returns the call's own operation, with no generator
         layer of its own: every ack and one-message push runs through here."""
         keys = self._life_keys if keys is None else keys
-        quorum = self.settings.write_quorum if replicate else 0
-        if quorum:
-            return self._guard(operation, keys[0], self._one_of(self.sender.write(
-                operation, name, [(keys, args)], quorum)))
+        if replicate and self.settings.write_quorum:
+            return self._one_of(self._write(operation, name, [(keys, args)]))
         return self._guard(operation, keys[0], self.sender.script(
             QUORUM, name, keys, args, idempotent=True, merge=merge))
 
