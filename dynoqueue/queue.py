@@ -447,7 +447,8 @@ class DynoQueue(QueueBase):
             True if the id is in the queue.
 
         Raises:
-            InvalidArgumentError, RedisOperationError.
+            InvalidArgumentError: id is not a non-empty str.
+            RedisOperationError: Redis failed.
         """
         return self._run(self._core.contains(id))
 
@@ -458,7 +459,8 @@ class DynoQueue(QueueBase):
             The message, or None if absent.
 
         Raises:
-            InvalidArgumentError, RedisOperationError.
+            InvalidArgumentError: id is not a non-empty str.
+            RedisOperationError: Redis failed.
         """
         return self._run(self._core.get("get", id, False))
 

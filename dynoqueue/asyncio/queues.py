@@ -35,9 +35,11 @@ class RedisQueues(QueuesBase[DynoQueue]):
     """Factory of named asyncio queues (see :class:`dynoqueue.RedisQueues` for the arguments).
 
     Args:
-        quorum_conn, non_quorum_conn: ``redis.asyncio.Redis`` or
-            ``redis.asyncio.cluster.RedisCluster`` clients.
-        key_prefix, shard_supplier, **options: as :class:`dynoqueue.RedisQueues`.
+        quorum_conn: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` client.
+        non_quorum_conn: the same kind of client, for reads.
+        key_prefix: as :class:`dynoqueue.RedisQueues`.
+        shard_supplier: as :class:`dynoqueue.RedisQueues`.
+        **options: as :class:`dynoqueue.RedisQueues`.
 
     Raises:
         ConfigurationError: (a ValueError) a sync client, or a bad setting.
