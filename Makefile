@@ -2,9 +2,11 @@
 #   make demo ARGS=...        run the demo CLI                       (installs the 'demo' extra)
 #   make spark-demo ARGS=...  the Spark pipeline on a month of flights (the 'spark' extra; Java 17+)
 #   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
-#   make test                 lint, type-check and run the test suite, what CI runs (every extra;
-#                             redis-server, Java 17 and Chromium installed as root if missing),
-#                             then test-minimal and test-servers
+#   make docs ARGS=...        serve the docs site on http://127.0.0.1:8000 (the 'docs' extra)
+#   make test                 lint, type-check, build the docs site (--strict) and run the test
+#                             suite, what CI runs (every extra; redis-server, Java 17 and
+#                             Chromium installed as root if missing), then test-minimal and
+#                             test-servers
 #   make test-servers         the suites again on Valkey / other Redis builds, where found
 #   make test-minimal         the suites that matter with only the core dependencies
 # Each target installs only what it needs, into the same .venv: a later, bigger target adds its
@@ -15,6 +17,8 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install --disable-pip-version-check
 ARGS    ?=
+# mkdocs-material prints a notice about MkDocs 2 on every run; the variable turns it off.
+MKDOCS  := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
 
 # What each target installs: pip extras of setup.cfg, one stamp file per set. The test set is
 # every extra setup.cfg declares (tools/extras.py reads them), so a new extra needs no edit here.
@@ -23,6 +27,7 @@ EXTRAS_core  :=
 EXTRAS_demo  := demo
 EXTRAS_spark := spark
 EXTRAS_bench := bench
+EXTRAS_docs  := docs
 EXTRAS_dev   := dev
 EXTRAS_test  := $$($(PY) tools/extras.py)
 
@@ -31,8 +36,8 @@ EXTRAS_test  := $$($(PY) tools/extras.py)
 ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis java chromium demo spark-demo bench test test-minimal test-servers lint typecheck clean \
-	distclean
+.PHONY: venv install redis java chromium demo spark-demo bench docs test test-minimal test-servers lint \
+	typecheck clean distclean
 
 # venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
 venv: $(PY)
@@ -82,12 +87,20 @@ bench: $(VENV)/.stamp-bench
 	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue bench $(ARGS)
 
-# test: lint, type-check, the full pytest suite (options come from pyproject.toml), then the
-# suites that matter again as the default `pip install` gives it (test-minimal).
+# docs: serve the docs site (mkdocs.yml; the API reference comes from the docstrings), rebuilt on
+# every edit; ARGS go to `mkdocs serve` (e.g. ARGS="-a 0.0.0.0:8000").
+docs: $(VENV)/.stamp-docs
+	$(MKDOCS) serve $(ARGS)
+
+# test: lint, type-check, build the docs site as `make docs` shows it (--strict: a broken link,
+# anchor or docstring section fails; into build/site), the full pytest suite (options come from
+# pyproject.toml), then the suites that matter again as the default `pip install` gives it
+# (test-minimal).
 test: $(VENV)/.stamp-test java chromium
 	$(ENSURE_REDIS)
 	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
 	$(PY) -m mypy dynoqueue
+	$(MKDOCS) build --strict --site-dir build/site
 	$(PY) -m pytest
 	tools/test-minimal.sh $(PYTHON3)
 	tools/test-servers.sh $(PY)
