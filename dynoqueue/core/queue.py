@@ -27,16 +27,8 @@ from .upkeep import Upkeep
 class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep):
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 
-    Args:
-        name: the queue name.
-        settings: the factory's validated settings.
-        quorum_cluster: the quorum client is a Redis Cluster client.
-        replica_reads: the read client is a Cluster client that reads from replicas (read
-            scripts then run as ``EVALSHA_RO`` on a replica of the queue's slot).
-        policy: the policy this process applies (None: the settings').
-
-    Raises:
-        ConfigurationError: a bad queue name.
+    Constructed as :class:`~dynoqueue.core.state.QueueState` (same arguments and errors); each
+    base class adds one group of operations over that shared state.
     """
 
     def __repr__(self) -> str:
