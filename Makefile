@@ -98,7 +98,7 @@ docs: $(VENV)/.stamp-docs
 # (test-minimal).
 test: $(VENV)/.stamp-test java chromium
 	$(ENSURE_REDIS)
-	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
+	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py docs/hooks.py
 	$(PY) -m mypy dynoqueue
 	$(MKDOCS) build --strict --site-dir build/site
 	$(PY) -m pytest
@@ -117,9 +117,10 @@ test-minimal: $(VENV)/.stamp-core
 	$(ENSURE_REDIS)
 	tools/test-minimal.sh $(PYTHON3)
 
-# lint: ruff over the package, the tests and the benchmarks (needs only the dev extra).
+# lint: ruff over the package, the tests, the benchmarks, the examples and the docs hook (needs
+# only the dev extra).
 lint: $(VENV)/.stamp-dev
-	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py
+	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py docs/hooks.py
 
 # typecheck: mypy --strict over the package; it follows every import, so it needs the test set.
 typecheck: $(VENV)/.stamp-test
