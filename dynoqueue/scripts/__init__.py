@@ -1,9 +1,16 @@
 """The Lua scripts, one file per state change, and the code that loads them.
 
 Each ``*.lua`` file starts with a header naming its KEYS and ARGV (with units) and what it
-returns. ``_prelude.lua`` holds helpers shared by all of them; :func:`source` prepends the
-helpers a script uses, so the sync and the asyncio API run exactly the same text, named by its
-SHA1 (EVALSHA).
+returns. Helpers shared by the scripts live in ``lib/*.lua``, one file per concern; a script
+names the ones it uses in its header, one line each::
+
+    --- @include "lib/records.lua"
+
+and a ``lib/`` file names the ones it builds on the same way. :func:`source` puts the helpers a
+script needs before its text (the included files, transitively, each once, each after those it
+includes; an include cycle is refused), so the sync and the asyncio API run exactly the same
+text, named by its SHA1 (EVALSHA). ``tests/test_script_includes.py`` checks that each file
+includes what it uses and nothing else.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.abc import Traversable
 
 #: Scripts that change state: they run on the quorum connection.
 WRITE_SCRIPTS = (
@@ -43,10 +51,17 @@ READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "siz
                 "group_info")
 
 _DOORBELL_ON = "local DOORBELL = true"
-#: A script's text before a line ``-- @prelude`` runs before the prelude's helpers are made
-#: (a common case that needs none of them returns there, and saves making their closures); the
-#: prelude comes in at that line, then the rest of the script.
+#: A script's text before a line ``-- @prelude`` runs before the included helpers are made (a
+#: common case that needs none of them returns there, and saves making their closures); the
+#: helpers come in at that line, then the rest of the script.
 _PRELUDE_MARK = "\n-- @prelude\n"
+#: One include line: the path of a ``lib/`` file, relative to this package's folder.
+_INCLUDE = re.compile(r'--- @include "([^"\n]+)"[ \t]*')
+
+
+class IncludeError(ValueError):
+    """A script's include lines are wrong: a cycle, a line out of its header, or a ``lib/``
+    file that holds something else than local definitions."""
 
 
 @dataclass(frozen=True)
@@ -58,63 +73,233 @@ class Script:
     sha: str
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DEFINES = re.compile(r"^local (?:function ([A-Za-z_]\w*)|([A-Za-z_][\w, ]*?)\s*=)", re.M)
-_COMMENT = re.compile(r"--[^\n]*")
+@dataclass(frozen=True)
+class Definition:
+    """One top-level definition of a ``lib/`` file: its text (with the comment lines right
+    above it) and the names it defines."""
+
+    text: str
+    names: frozenset[str]
 
 
-def _words(lua: str) -> set[str]:
-    """The names a piece of Lua mentions outside comments (a superset of those it uses: a
-    string holding a name counts too, which only keeps more of the prelude)."""
-    return set(_WORD.findall(_COMMENT.sub("", lua)))
+_KEYWORDS = frozenset(
+    "and break do else elseif end false for function goto if in local nil not or repeat "
+    "return then true until while".split())
+_TOKEN = re.compile(r"\.\.\.?|[A-Za-z_]\w*|==|~=|<=|>=|[^\sA-Za-z_]")
+_LONG_BRACKET = re.compile(r"\[(=*)\[")
+_LOCAL = re.compile(r"local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*(?:=|$))")
 
 
-def _used_prelude(prelude: str, body: str) -> str:
-    """The paragraphs of ``prelude`` (split at blank lines; each defines some locals) that
-    ``body`` needs, directly or through another kept paragraph, in their order; paragraphs
-    that define nothing (section comments) stay. Redis runs a script's whole text on every
-    call, making every helper's closure again, so a helper a script never calls costs it
-    time: ~0.05 us each, and the search for their upvalues grows with the prelude."""
-    paragraphs = prelude.split("\n\n")
-    defined = []
-    for paragraph in paragraphs:
-        names: set[str] = set()
-        for function, variables in _DEFINES.findall(_COMMENT.sub("", paragraph)):
-            names.update([function] if function else
-                         [v.strip() for v in variables.split(",")])
-        defined.append(names)
-    wanted = _words(body)
-    keep = [not names for names in defined]
-    grew = True
-    while grew:
-        grew = False
-        for i, names in enumerate(defined):
-            if not keep[i] and names & wanted:
-                keep[i] = grew = True
-                wanted |= _words(paragraphs[i])
-    return "\n\n".join(p for p, kept in zip(paragraphs, keep, strict=True) if kept)
+def _is_name(token: str) -> bool:
+    return (token[0].isalpha() or token[0] == "_") and token not in _KEYWORDS
+
+
+def code_of(lua: str) -> str:
+    """``lua`` with its comments and string literals blanked (each becomes one space), so what
+    is left is names, keywords, numbers and punctuation."""
+    out: list[str] = []
+    i, n = 0, len(lua)
+    while i < n:
+        c = lua[i]
+        if lua.startswith("--", i):
+            long = _LONG_BRACKET.match(lua, i + 2)
+            if long:
+                end = lua.find("]" + long.group(1) + "]", long.end())
+                i = n if end < 0 else end + len(long.group(0))
+            else:
+                end = lua.find("\n", i)
+                i = n if end < 0 else end
+            out.append(" ")
+        elif c in "'\"":
+            j = i + 1
+            while j < n and lua[j] != c and lua[j] != "\n":
+                j += 2 if lua[j] == "\\" else 1
+            i = j + 1
+            out.append(" ")
+        elif c == "[" and (long := _LONG_BRACKET.match(lua, i)):
+            end = lua.find("]" + long.group(1) + "]", long.end())
+            i = n if end < 0 else end + len(long.group(0))
+            out.append(" ")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def names_used(lua: str, keys: bool = True) -> set[str]:
+    """The variable names ``lua`` mentions outside comments and strings: not keywords, not
+    fields (after ``.`` or ``:``); with ``keys`` False not the keys of table constructors
+    either (``{strict = 0}``)."""
+    tokens = _TOKEN.findall(code_of(lua))
+    names: set[str] = set()
+    depth = 0
+    for i, token in enumerate(tokens):
+        if token == "{":  # noqa: S105 (a Lua token)
+            depth += 1
+        elif token == "}":  # noqa: S105
+            depth -= 1
+        elif _is_name(token):
+            if i > 0 and tokens[i - 1] in (".", ":"):
+                continue
+            if not keys and depth > 0 and i + 1 < len(tokens) and tokens[i + 1] == "=":
+                continue
+            names.add(token)
+    return names
+
+
+def names_declared(lua: str) -> set[str]:
+    """The names ``lua`` declares itself, in any scope: locals, function parameters and the
+    variables of ``for`` loops (a file's own names, which hide any helper's)."""
+    tokens = _TOKEN.findall(code_of(lua))
+    names: set[str] = set()
+    for i, token in enumerate(tokens):
+        if token in ("local", "for"):
+            j = i + 1
+            if tokens[j:j + 1] == ["function"]:
+                j += 1
+            while j < len(tokens) and _is_name(tokens[j]):
+                names.add(tokens[j])
+                if tokens[j + 1:j + 2] != [","]:
+                    break
+                j += 2
+        elif token == "function":  # noqa: S105
+            j = i + 1
+            while j < len(tokens) and tokens[j] != "(":
+                j += 1
+            while j < len(tokens) and tokens[j] != ")":
+                if _is_name(tokens[j]):
+                    names.add(tokens[j])
+                j += 1
+    return names
+
+
+def includes(text: str, where: str = "") -> list[str]:
+    """The paths ``text`` includes, in order. Include lines belong to the file's header: the
+    comment lines it starts with.
+
+    Raises:
+        IncludeError: an include line after the header.
+    """
+    found, header = [], True
+    for line in text.split("\n"):
+        match = _INCLUDE.fullmatch(line)
+        if match:
+            if not header:
+                raise IncludeError(f"{where}: include line after the header: {line!r}")
+            found.append(match.group(1))
+        elif not line.startswith("--"):
+            header = False
+    return found
+
+
+def definitions(text: str, where: str = "") -> list[Definition]:
+    """The top-level definitions of a ``lib/`` file, in order. Each starts at a line
+    ``local ...`` (with the comment lines right above it, no blank line between) and runs to
+    the next line that starts in its first column with ``local`` or ``--``: its other lines are
+    indented, blank or ``end`` (blank lines inside a definition are fine). Comments that no
+    definition follows at once (the file's header, section notes) are left out.
+
+    Raises:
+        IncludeError: the file holds top-level code that is no local definition.
+    """
+    units: list[list[str]] = []
+    comment: list[str] = []
+    current: list[str] | None = None
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.startswith("local "):
+            current = [*comment, line]
+            units.append(current)
+            comment = []
+        elif line.startswith("--"):
+            current = None
+            comment.append(line)
+        elif not line.strip():
+            if current is None:
+                comment = []
+            else:
+                current.append(line)
+        elif current is None or not (line[0].isspace() or line.rstrip() == "end"):
+            raise IncludeError(f"{where}:{number}: code outside a local definition: {line!r}")
+        else:
+            current.append(line)
+    out = []
+    for unit in units:
+        body = "\n".join(unit).rstrip()
+        first = _LOCAL.match(next(line for line in unit if line.startswith("local ")))
+        if first is None:
+            raise IncludeError(f"{where}: not a local definition: {unit[0]!r}")
+        if first.group(1):
+            names = frozenset([first.group(1)])
+        else:
+            names = frozenset(name.strip() for name in first.group(2).split(","))
+        out.append(Definition(body, names))
+    return out
+
+
+def libraries(folder: Traversable, path: str) -> list[str]:
+    """The ``lib/`` files the file ``path`` (relative to ``folder``) includes, transitively:
+    each once, each after the files it includes.
+
+    Raises:
+        IncludeError: the includes make a cycle.
+        FileNotFoundError: an included file does not exist.
+    """
+    order: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        for included in includes(folder.joinpath(name).read_text(encoding="utf-8"), name):
+            if included in chain:
+                raise IncludeError("include cycle: " + " -> ".join((*chain, included)))
+            if included not in done:
+                visit(included, (*chain, included))
+                done.add(included)
+                order.append(included)
+
+    visit(path, (path,))
+    return order
+
+
+def helpers(folder: Traversable, path: str, body: str) -> list[Definition]:
+    """The definitions of the files ``path`` includes (transitively) that ``body`` uses,
+    directly or through another kept definition, in their order. Redis runs a script's whole
+    text on every call, making every helper's closure again, so a helper a script never calls
+    costs it time (~45 ns each). A definition can only use those before it (Lua locals), so
+    one pass from the last to the first finds them all."""
+    found = [d for lib in libraries(folder, path)
+             for d in definitions(folder.joinpath(lib).read_text(encoding="utf-8"), lib)]
+    wanted = names_used(body)
+    keep = []
+    for definition in reversed(found):
+        if definition.names & wanted:
+            keep.append(definition)
+            wanted |= names_used(definition.text)
+    return keep[::-1]
 
 
 @cache
 def source(name: str, doorbell: bool = True) -> str:
-    """The full text of script ``name``: the helpers of the shared prelude that it uses,
-    followed by the script's body.
+    """The full text of script ``name``: the helpers of its included ``lib/`` files that it
+    uses, followed by the script's own text.
 
     Args:
         doorbell: ring the shard's pub/sub doorbell on changes; False for servers without
             pub/sub (Dynomite).
 
     Raises:
-        FileNotFoundError: there is no ``name.lua``.
+        FileNotFoundError: there is no ``name.lua``, or it includes a file that does not exist.
+        IncludeError: its includes make a cycle, or are not in its header.
     """
     folder = resources.files(__package__)
-    prelude = folder.joinpath("_prelude.lua").read_text(encoding="utf-8")
-    body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    path = f"{name}.lua"
+    body = folder.joinpath(path).read_text(encoding="utf-8")
     first, marked, rest = body.partition(_PRELUDE_MARK)
-    if marked:  # a fast path that needs no helper goes before them (see _PRELUDE_MARK)
-        text = first + "\n" + _used_prelude(prelude, rest) + "\n" + rest
+    used = rest if marked else body  # a fast path that needs no helper goes before them
+    prelude = "\n\n".join(d.text for d in helpers(folder, path, used))
+    if marked:
+        text = first + "\n" + prelude + "\n" + rest
     else:
-        text = _used_prelude(prelude, body) + "\n" + body
+        text = prelude + "\n" + body
     if not doorbell:
         text = text.replace(_DOORBELL_ON, "local DOORBELL = false")
     return text

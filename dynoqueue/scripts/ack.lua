@@ -10,6 +10,14 @@
 -- grouped one moves its group on to the successor its record names (no look at the group's
 -- line): one HSET of the new current messages and one ZADD per shard for all of them
 -- (promote_groups).
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local p = policy_of(k)

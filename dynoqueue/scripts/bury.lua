@@ -7,6 +7,11 @@
 -- Returns: {how many were dead-lettered, how many of the leased ids had no payload (dead-lettered
 -- 'payload-missing' instead)}; an id not leased, or leased again since its receipt, is left
 -- alone.
+--- @include "lib/clock.lua"
+--- @include "lib/dead.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/records.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local buried, missing = 0, 0

@@ -18,6 +18,14 @@
 -- dead-lettered if it had been delivered) instead.
 -- The batch is read and written with one variadic command per key (HMGET, ZREM, ZADD, HSET), not
 -- one per message: a claim of 500 costs about as much Lua as a claim of a few.
+--- @include "lib/clock.lua"
+--- @include "lib/dead.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local s = tonumber(ARGV[2])

@@ -6,6 +6,12 @@
 -- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
 -- false when not waiting, not yet due, unknown, or ended by its TTL; -1 when its payload was
 -- gone (it became a 'payload-missing' dead letter).
+--- @include "lib/clock.lua"
+--- @include "lib/dead.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

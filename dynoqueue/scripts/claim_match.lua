@@ -7,6 +7,11 @@
 --       [5] shard index
 -- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
 -- false.
+--- @include "lib/clock.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

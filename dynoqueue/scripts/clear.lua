@@ -5,6 +5,7 @@
 -- Returns: how many keys were deleted.
 -- A group with a line always has a current message, so the groups of the group head hash name
 -- every line.
+--- @include "lib/group_records.lua"
 local k = {ghead = KEYS[1], gline = KEYS[2]}
 local deleted = 0
 local groups = redis.call('HKEYS', k.ghead)

@@ -6,6 +6,7 @@
 --       [5] group line base, [6] group head
 -- ARGV: [1] the local shard's index, [2..] ids
 -- Returns: the id, or false when none waits locally.
+--- @include "lib/group_records.lua"
 local k = {groupof = KEYS[4], gline = KEYS[5], ghead = KEYS[6]}
 local local_shard = tonumber(ARGV[1])
 

@@ -5,6 +5,10 @@
 --           shard index}. "Next": the current message when it waits; when it is leased, the
 -- first one waiting behind it (deliverable once the leased one is acked, dead-lettered or
 -- removed).
+--- @include "lib/clock.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 now_ms(ARGV[1])
 local g = ARGV[2]

@@ -6,6 +6,7 @@
 -- KEYS: [1] P.ZONES (hash shard -> last beat, epoch ms)
 -- ARGV: [1] now override or '', [2] local shard, [3] grace (ms, >= 1), [4..] every shard
 -- Returns: {now (epoch ms), orphaned shard, ...} in the order of ARGV[4..]
+--- @include "lib/clock.lua"
 local now = now_ms(ARGV[1])
 local zones = KEYS[1]
 local grace = tonumber(ARGV[3])

@@ -9,6 +9,13 @@
 -- state: DELAYED, READY, LEASED, ACKED, EXPIRED, DEAD or DELETED. A grouped message waiting
 -- behind its group's current one is DELAYED or READY by its own due time; a message whose lease
 -- ended is READY (score: the lease's end), as the next claim of its shard takes it.
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

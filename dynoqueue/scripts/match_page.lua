@@ -9,6 +9,10 @@
 -- Returns: {now, done, id, score, json, id, score, json, ...}; done is 1 when no due id is left
 -- after this page; json is '' for an id whose message is gone.
 -- Cost: ARGV[4] HGETs at most.
+--- @include "lib/clock.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/strict.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local s = tonumber(ARGV[2])

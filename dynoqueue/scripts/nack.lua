@@ -8,6 +8,16 @@
 -- leased (or leased again since its receipt) counts in none; an id given twice counts once.
 -- Ids are looked up, checked and moved with one variadic command per key and shard (ZMSCORE,
 -- HMGET, ZREM, ZADD), not one per message, as in ack.lua; dead letters go one by one.
+--- @include "lib/clock.lua"
+--- @include "lib/dead.lua"
+--- @include "lib/doorbell.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/message.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/strict.lua"
+--- @include "lib/waiting.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])

@@ -6,6 +6,10 @@
 -- Returns: {shard position, json, shard position, json, ...} in the order the next claims of
 -- each shard would deliver them: by score, or with strict priority the most urgent first (the
 -- ready zset merged with the due ids a claim would move there first).
+--- @include "lib/clock.lua"
+--- @include "lib/message.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/strict.lua"
 local now = now_ms(ARGV[1])
 local want = tonumber(ARGV[2])
 local strict_priority = policy_of({policy = KEYS[2]}).strict

@@ -7,6 +7,12 @@
 --       [5] the JSON the caller read, [6] that JSON with the new priority and timeout
 -- Returns: 1 postponed; 0 not waiting or leased (unknown, ended, dead); -1 the JSON changed since
 -- the caller read it (retry).
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/waiting.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

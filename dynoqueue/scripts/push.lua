@@ -24,6 +24,14 @@
 -- for a batch).
 -- Anything else, and an id that exists in replace mode (this call's new ids are deleted
 -- again first), is left to the general code below, which then starts from nothing written.
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/waiting.lua"
 local DOORBELL = true
 local FAST_NOW, FOUND, LIVE = nil, nil, false
 if ARGV[2] ~= 'ensure' then

@@ -6,6 +6,13 @@
 --       [4..] ids (none: the oldest dead letters)
 -- Returns: how many were moved. A dead letter without payload ('payload-missing') stays; with
 -- no ids given, the oldest that can come back are moved, past those that cannot.
+--- @include "lib/clock.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/message.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/waiting.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local delay = tonumber(ARGV[2])

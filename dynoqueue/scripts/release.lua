@@ -5,6 +5,12 @@
 -- ARGV: [1] now override or '', then pairs: id, receipt ('' = any lease of that id)
 -- Returns: how many were given back (an id not leased, or leased again since its receipt, is left
 -- alone).
+--- @include "lib/clock.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
+--- @include "lib/message.lua"
+--- @include "lib/records.lua"
+--- @include "lib/waiting.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local released = 0

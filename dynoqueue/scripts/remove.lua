@@ -4,6 +4,12 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id
 -- Returns: 1 if anything was removed, else 0.
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

@@ -6,6 +6,9 @@
 -- expired leases remain, dead-lettered at their max deliveries}
 -- A requeued message is due at its lease expiry (already past, so at once, oldest lease first)
 -- plus its priority fraction; a grouped one stays its group's current message (requeue_leases).
+--- @include "lib/clock.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/leases.lua"
 local k = lifecycle_keys()
 local requeued, stale, dead, more = requeue_leases(k, tonumber(ARGV[2]), now_ms(ARGV[1]),
                                                    tonumber(ARGV[3]))

@@ -6,6 +6,14 @@
 --       [6] JSON with the new timeout
 -- Returns: 1 updated; 0 not waiting in any shard (unknown, or leased); -1 the JSON changed since
 -- the caller read it (retry).
+--- @include "lib/clock.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
+--- @include "lib/waiting.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]

@@ -5,6 +5,9 @@
 --       then pairs: id, receipt ('' = any lease of that id)
 -- Returns: how many leases were changed (an id not leased by that receipt, or one that would not
 -- be shortened, is not).
+--- @include "lib/clock.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/records.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local expiry = now + tonumber(ARGV[2])

@@ -7,6 +7,14 @@
 -- ARGV: [1] now override or '', [2] most ids to handle per kind (1..1000)
 -- Returns: {expired, dead-lettered by TTL, ended dropped, dead letters dropped, orphans swept,
 --           1 if more remains}
+--- @include "lib/clock.lua"
+--- @include "lib/dead.lua"
+--- @include "lib/ending.lua"
+--- @include "lib/group_records.lua"
+--- @include "lib/groups.lua"
+--- @include "lib/keys.lua"
+--- @include "lib/policy.lua"
+--- @include "lib/records.lua"
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
