@@ -233,49 +233,6 @@ def test_records_with_limits_are_text_and_keep_every_field_through_claims(make, 
     assert raw.exists(q.keys.born) == 0 and raw.exists(q.keys.life) == 0
 
 
-def test_full_text_records_of_older_versions_without_born_entry_still_count(make, raw,
-                                                                             clock) -> None:
-    # An older version kept e, m and t in the record ("d:c:e:m:t", "::e:m:t" from push) and
-    # wrote no born entry: such a message is claimed, nacked up to its own max deliveries and
-    # dead-lettered with those fields; info() reports them.
-    q = make(QueuePolicy(max_deliveries=9))
-    q.push([Message("m"), Message("n")])
-    raw.delete(q.keys.born)
-    raw.hset(q.keys.life, "m", "1:5:7:2:50000")  # one delivery, enqueued at 7, m=2, t=50000
-    raw.hset(q.keys.life, "n", "::7:3:")  # what push wrote
-    info = q.info("m")
-    assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms) == (1, 2, 7)
-    assert q.info("n").max_deliveries == 3 and q.info("n").enqueued_at_ms == 7
-    popped = {m.id: m for m in q.pop(2)}
-    assert (popped["m"].deliveries, popped["n"].deliveries) == (2, 1)
-    assert as_str(raw.hget(q.keys.life, "m")) == f"{popped['m'].receipt}:7:2:50000"
-    assert q.info("n").max_deliveries == 3
-    assert q.nack("m", receipt=popped["m"].receipt, error="late")  # 2 of 2: dead-lettered
-    dead = q.info("m")
-    assert (dead.state, dead.deliveries, dead.max_deliveries, dead.enqueued_at_ms,
-            dead.last_error) == (MessageState.DEAD, 2, 2, 7, "late")
-    assert q.nack("n", receipt=popped["n"].receipt) is True  # 1 of 3: due again
-    assert q.info("n").deliveries == 1 and q.info("n").max_deliveries == 3
-
-
-def test_json_records_of_older_versions_are_still_read(make, raw, clock) -> None:
-    q = make(QueuePolicy(max_deliveries=5, message_ttl_ms=60_000))
-    q.push([Message("m"), Message("n")])
-    (popped,) = q.pop(1)
-    raw.hset(q.keys.life, popped.id, f'{{"d":1,"c":{clock.now_ms},"e":7,"m":2,"l":"x"}}')
-    raw.hset(q.keys.life, "n" if popped.id == "m" else "m", '{"e":7,"m":2,"t":50000}')
-    info = q.info(popped.id)
-    assert (info.deliveries, info.max_deliveries, info.enqueued_at_ms, info.last_error) == (
-        1, 2, 7, "x")
-    assert q.ack(popped.id, receipt=popped.receipt)  # the receipt is read from the JSON
-    (other,) = q.pop(1)
-    assert other.deliveries == 1 and q.info(other.id).max_deliveries == 2
-    expire_leases(q, clock)
-    (again,) = q.pop(1)
-    expire_leases(q, clock)  # its second delivery was its last (m = 2)
-    assert q.state(again.id) is MessageState.DEAD
-
-
 # ------------------------------------------------------------------ nack, max deliveries, dead
 
 

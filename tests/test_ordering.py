@@ -559,41 +559,6 @@ def test_acks_leave_the_line_alone_and_the_next_push_cuts_what_they_left(make, r
         assert raw.exists(key) == 0, key
 
 
-#: Strips the successor (byte 255 and what follows) from every group record: the records an
-#: earlier version wrote.
-_OLD_RECORDS = """
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local cut = string.find(all[i + 1], '\\255', 1, true)
-  if cut then redis.call('HSET', KEYS[1], all[i], string.sub(all[i + 1], 1, cut - 1)) end
-end
-return #all / 2"""
-
-
-def test_groups_stored_without_successors_keep_their_order(make, clock, raw) -> None:
-    """Records without a successor (an earlier version's layout: the next one was always the
-    line's first member) still deliver in due order, then push order: the next one is looked
-    up in the line, and a push links itself in after the member before it."""
-    q = make()
-    q.push(grouped("g", "o1", "o2") + grouped("g", "late", timeout=500)
-           + grouped("h", "h1", "h2"))
-    assert raw.eval(_OLD_RECORDS, 1, q.keys.group_of) == 5
-    assert sorted(ids(q.pop(5))) == ["h1", "o1"]
-    assert q.ack("o1") and q.ack("h1")
-    q.push(grouped("g", "n1") + grouped("h", "h3"))  # due before "late": delivered before it
-    delivered = []
-    for _ in range(8):
-        got = q.pop(5)
-        delivered += ids(got)
-        q.ack_many(got)
-        clock.advance(100)
-    assert [m for m in delivered if m[0] in "onl"] == ["o2", "n1", "late"]
-    assert [m for m in delivered if m[0] == "h"] == ["h2", "h3"]
-    assert q.size() == 0
-    for key in _group_keys(q, ("g", "h")):
-        assert raw.exists(key) == 0, key
-
-
 def test_clear_deletes_every_group_line(make, raw) -> None:
     q = make()
     q.push([Message(f"{i}-{n}", group=g) for n in range(3) for i, g in enumerate(ODD_GROUPS)])

@@ -91,21 +91,11 @@ if #ids > 0 then
       if not raw then
         d = 1
         record = '1' .. stamp
-      elseif string.byte(raw, 2) == 58 and string.byte(raw, 1) == 58 and #raw > 3 then
-        -- "::e:m:t[:l]", written at push by older versions (now a born entry): first delivery
-        d = 1
-        record = '1' .. stamp .. string.sub(raw, 2)
-      elseif string.byte(raw, 1) ~= 123 then  -- text form "d:c" or "d:c:e:m:t[:l]"
+      else  -- "d:c" or "d:c:::[:l]" (see parse_life)
         local dn, tail = string.match(raw, '^(%d*):%d*(.*)$')
         if tail and tail ~= '' and string.byte(tail, 1) ~= 58 then dn, tail = nil, nil end
         d = (tonumber(dn) or 0) + 1
         record = d .. stamp .. (tail or '')
-      else
-        local rec = parse_life(raw)
-        rec.d = (rec.d or 0) + 1
-        rec.c = now
-        d = rec.d
-        record = format_life(rec)
       end
       leases[nl + 1] = lease_text
       leases[nl + 2] = id

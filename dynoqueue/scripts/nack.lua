@@ -51,7 +51,7 @@ for s = 1, k.n do
     end
     if #found > 0 then
       local jsons = redis.call('HMGET', k.msg, unpack(found))
-      -- push-time limits (e, m, t) of records that do not hold them (see with_born)
+      -- push-time limits (e, m, t): the born entries (see with_born)
       local borns = {}
       if has_born(k) then borns = redis.call('HMGET', k.born, unpack(found)) end
       local records, going, moves, dying, gone = {}, {}, {}, {}, {}
@@ -59,8 +59,7 @@ for s = 1, k.n do
       local lowest = math.huge
       local ready = strict(k) and due <= now
       for i, id in ipairs(found) do
-        local rec = parse_life(raws[i])
-        if rec.e == nil and rec.m == nil and rec.t == nil then with_born(rec, borns[i]) end
+        local rec = with_born(parse_life(raws[i]), borns[i])
         local json = jsons[i]
         if err ~= '' and json then  -- recorded before a dead letter reads it (not for one buried)
           rec.l = err

@@ -50,8 +50,7 @@ ended_dropped = drop(k.endedat, k.ended, now - p.ret)
 dead_dropped = drop(k.dead, k.deadinfo, now - p.dret)
 
 -- One page per call of each scan; the cursors carry on at the next call. Records and born
--- entries share the cursor key, "life cursor:born cursor" (an older version's cursor is a
--- life cursor alone).
+-- entries share the cursor key, "life cursor:born cursor".
 local function scan(hash, cursor, orphaned)
   local page = redis.call('HSCAN', hash, cursor, 'COUNT', limit)
   for i = 1, #page[2], 2 do
@@ -65,7 +64,7 @@ local function scan(hash, cursor, orphaned)
 end
 local cursors = redis.call('GET', k.sweep) or '0'
 local life_cursor, born_cursor = string.match(cursors, '^(%d+):(%d+)$')
-if not life_cursor then life_cursor, born_cursor = string.match(cursors, '^%d+$') or '0', '0' end
+if not life_cursor then life_cursor, born_cursor = '0', '0' end
 life_cursor = scan(k.life, life_cursor, function(id)
   redis.call('HDEL', k.life, id)
   redis.call('HDEL', k.born, id)

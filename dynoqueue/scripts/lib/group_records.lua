@@ -8,9 +8,8 @@
 --
 -- K.groupof has each grouped id's record: due ms (16 digits), sequence (16), shard (3),
 -- priority (2), group, then byte 255 and its successor: the message delivered after it (as
--- succ_of writes it), or nothing for the group's last one. (Byte 255 is
--- in no UTF-8 text; a record without it, written by an older version, has no successor: the
--- next one is then looked up in the line.) The successors chain the group in delivery order,
+-- succ_of writes it), or nothing for the group's last one (byte 255 is in no UTF-8 text).
+-- The successors chain the group in delivery order,
 -- so an ack moves a group on from the record it reads anyway, without touching the line: the
 -- promoted message's member stays in the line, as its "stale mark" (K.ghead names the current
 -- message; its member is in the line only when it came from there). The members up to the
@@ -27,22 +26,20 @@ local function has_groups(k)
 end
 
 -- The group of the record raw, then raw and the position its successor's text starts at (past
--- the end: none), or nil and nil when it names none (an older version's record). An ack reads
--- the successor in place: cutting it out first would cost one more string per message.
+-- the end: none). An ack reads the successor in place: cutting it out first would cost one
+-- more string per message.
 local function group_and_next(raw)
   local cut = string.find(raw, '\255', 38, true)
-  if cut then return string.sub(raw, 38, cut - 1), raw, cut + 1 end
-  return string.sub(raw, 38), nil, nil
+  return string.sub(raw, 38, cut - 1), raw, cut + 1
 end
 
 -- A group record's fields from its text raw: {key = due .. sequence (32 digits, its place in
--- the group), due, seq (its 16 digits), s, pr, g, succ (the successor's text: '' for none,
--- nil when not known)}.
+-- the group), due, seq (its 16 digits), s, pr, g, succ (the successor's text: '' for none)}.
 local function parse_group_rec(raw)
   local g, text, at = group_and_next(raw)
   return {key = string.sub(raw, 1, 32), due = tonumber(string.sub(raw, 1, 16)),
           seq = string.sub(raw, 17, 32), s = tonumber(string.sub(raw, 33, 35)),
-          pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = text and string.sub(text, at)}
+          pr = tonumber(string.sub(raw, 36, 37)), g = g, succ = string.sub(text, at)}
 end
 
 -- id's group record (parse_group_rec), or nil when it has no group.
@@ -138,8 +135,8 @@ local function flush_waiting(k)
   WAITING = nil
 end
 
--- The successor text of group g's current message when its record does not have one (an
--- older version's record, or none: a Java client removed it): the line's first member after
+-- The successor text of group g's current message when it has no record (a Java client
+-- removed it): the line's first member after
 -- the stale ones (with no record to find the mark, members whose record is gone are skipped).
 local function succ_from_line(k, g)
   local line = group_line(k, g)

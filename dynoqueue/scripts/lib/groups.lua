@@ -8,12 +8,12 @@
 --- @include "lib/waiting.lua"
 
 -- The current messages of groups[i] (in shard shards[i], or in shard shards when it is a
--- number) left; succs[i] is the successor text from the leaving one's record (nil: look it
--- up in the line), starting at position ats[i] of that string (1 when ats is nil). Each
--- successor becomes current and waits, due at its own due time; its line member stays, as
--- the group's stale mark. A group with no successor has no messages left: its head entry and
--- line go. One HSET / HDEL of the heads, one ZADD per shard and zset, one count per shard for
--- all of them.
+-- number) left; succs[i] is the successor text from the leaving one's record (nil: it has
+-- none, a Java client removed it; look it up in the line), starting at position ats[i] of
+-- that string (1 when ats is nil). Each successor becomes current and waits, due at its own
+-- due time; its line member stays, as the group's stale mark. A group with no successor has no
+-- messages left: its head entry and line go. One HSET / HDEL of the heads, one ZADD per shard
+-- and zset, one count per shard for all of them.
 local function promote_groups(k, groups, shards, succs, ats)
   local sub = string.sub
   local heads, nh, gone, by_shard, seen = {}, 0, {}, {}, {}
@@ -93,10 +93,6 @@ local function group_leave(k, id, current)
   local rank = redis.call('ZRANK', line, member)
   if not rank then return end
   local succ = rec.succ
-  if not succ then
-    local after = redis.call('ZRANGE', line, rank + 1, rank + 1, 'WITHSCORES')
-    succ = after[1] and succ_of_entry(after[1], after[2]) or ''
-  end
   local pred = head
   local prec = head and group_rec(k, head)
   if rank > 0 then  -- the member before: a waiting one, or the stale mark (then the current)

@@ -2,32 +2,24 @@
 -- (push-time fields) and the TTL index.
 
 -- A message's lifecycle record: d deliveries, c claim time of the current lease (the receipt
--- is d:c), e enqueued at, m its own max deliveries, t its own TTL, l last error. {} when it has
--- none. Stored as text, cheap to read and write with string.match: "d:c" when that is all it
--- holds (the common case), else "d:c:e:m:t" with absent numbers left empty and ":l" after it
--- when there is an error text (the rest of the string: it may hold colons).
--- e, m and t are written at push to the born hash (k.born, "e:m:t", see with_born), not to the
--- record: the record holds only per-delivery data and is absent until the first claim, so a
--- claim neither reads nor rewrites the push-time fields. Records stored by older versions
--- (JSON, "::e:m:t" from push, "d:c:e:m:t[:l]") still parse, and their e, m, t count when the
--- record has them (such a message has no born entry).
+-- is d:c), l last error. {} when it has none. Stored as text, cheap to read and write with
+-- string.match: "d:c" when that is all it holds (the common case), else "d:c:::" and ":l" after
+-- it when there is an error text (the rest of the string: it may hold colons). The three empty
+-- places are e enqueued at, m its own max deliveries and t its own TTL: those are written at
+-- push to the born hash (k.born, "e:m:t", see with_born), not to the record, which holds only
+-- per-delivery data and is absent until the first claim, so a claim neither reads nor
+-- rewrites the push-time fields. (inspect.lua fills them in for the client: format_life.)
 local function parse_life(raw)
   if not raw then return {} end
-  if string.byte(raw, 1) ~= 123 then  -- not '{': the text form
-    local d, c, rest = string.match(raw, '^(%d*):(%d*)(.*)$')
-    if not d then return {} end
-    local rec = {d = tonumber(d), c = tonumber(c)}
-    if rest ~= '' then
-      local e, m, t, l = string.match(rest, '^:(%d*):(%d*):(%d*)(.*)$')
-      if not e or (l ~= '' and string.byte(l, 1) ~= 58) then return {} end
-      rec.e, rec.m, rec.t = tonumber(e), tonumber(m), tonumber(t)
-      if #l > 1 then rec.l = string.sub(l, 2) end
-    end
-    return rec
+  local d, c, rest = string.match(raw, '^(%d*):(%d*)(.*)$')
+  if not d then return {} end
+  local rec = {d = tonumber(d), c = tonumber(c)}
+  if rest ~= '' then
+    local l = string.match(rest, '^:%d*:%d*:%d*(.*)$')
+    if not l or (l ~= '' and string.byte(l, 1) ~= 58) then return {} end
+    if #l > 1 then rec.l = string.sub(l, 2) end
   end
-  local ok, doc = pcall(cjson.decode, raw)
-  if ok and type(doc) == 'table' then return doc end
-  return {}
+  return rec
 end
 
 -- A field of the records hash that no message id can be (ids are UTF-8 text, where byte 0xFF
@@ -39,11 +31,10 @@ end
 local LIFE_PAD, LIFE_PAD_FROM = '\255pad', 64
 local LIFE_PAD_VALUE = '--------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------'
 
--- rec (parsed) with the push-time fields of its born entry (raw: "e:m:t" or nil) when the
--- record has none of its own; rec.b marks fields that came from there, so format_life leaves
--- them out of the record again. Returns rec.
+-- rec (parsed) with the push-time fields of its born entry (raw: "e:m:t" or nil); rec.b marks
+-- fields that came from there, so format_life leaves them out of the record again. Returns rec.
 local function with_born(rec, raw)
-  if raw and rec.e == nil and rec.m == nil and rec.t == nil then
+  if raw then
     local e, m, t = string.match(raw, '^(%d*):(%d*):(%d*)$')
     if e then
       rec.e, rec.m, rec.t, rec.b = tonumber(e), tonumber(m), tonumber(t), true
@@ -53,11 +44,7 @@ local function with_born(rec, raw)
 end
 
 local function life_of(k, id)
-  local rec = parse_life(redis.call('HGET', k.life, id))
-  if rec.e == nil and rec.m == nil and rec.t == nil then
-    with_born(rec, redis.call('HGET', k.born, id))
-  end
-  return rec
+  return with_born(parse_life(redis.call('HGET', k.life, id)), redis.call('HGET', k.born, id))
 end
 
 -- The stored form of a lifecycle record (see parse_life).
@@ -103,11 +90,9 @@ local function receipt_of(rec)
 end
 
 -- Whether raw, a message's stored lifecycle record (nil: none), is the lease of receipt want
--- (non-empty). A record's text form starts with its receipt (d:c), so that part is compared;
--- a JSON record of an older version is parsed.
+-- (non-empty). A record starts with its receipt (d:c), so that part is compared.
 local function record_has_receipt(raw, want)
-  return raw ~= nil and raw ~= false and (raw == want or string.match(raw, '^%d+:%d+') == want
-    or (string.byte(raw, 1) == 123 and receipt_of(parse_life(raw)) == want))
+  return raw ~= nil and raw ~= false and (raw == want or string.match(raw, '^%d+:%d+') == want)
 end
 
 local function max_deliveries(rec, p)
