@@ -197,7 +197,7 @@ def test_include_cycles_and_misplaced_lines_are_refused(tmp_path: Path) -> None:
 
 
 def test_names_skip_comments_strings_fields_and_table_keys() -> None:
-    lua = ("local x = f(k.g, 'h(i)', \"j\") -- m(n)\n--[[ o(p) ]] y = {q = r, s}\n"
+    lua = ("local x = f(k.g, 'h(i)', \"j\", 0xFF, 2e5) -- m(n)\n--[[ o(p) ]] y = {q = r, s}\n"
            "local function t(u, v) for w, z in pairs(u) do end return a:b() .. c end\n")
     assert names_used(lua, keys=False) == {"x", "f", "k", "y", "r", "s", "t", "u", "v", "w",
                                            "z", "pairs", "a", "c"}

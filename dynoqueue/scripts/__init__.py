@@ -85,7 +85,8 @@ class Definition:
 _KEYWORDS = frozenset(
     "and break do else elseif end false for function goto if in local nil not or repeat "
     "return then true until while".split())
-_TOKEN = re.compile(r"\.\.\.?|[A-Za-z_]\w*|==|~=|<=|>=|[^\sA-Za-z_]")
+_TOKEN = re.compile(r"0[xX][0-9A-Fa-f]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\.\.?|[A-Za-z_]\w*"
+                    r"|==|~=|<=|>=|[^\sA-Za-z_]")
 _LONG_BRACKET = re.compile(r"\[(=*)\[")
 _LOCAL = re.compile(r"local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*(?:=|$))")
 
