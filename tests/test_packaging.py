@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from dynoqueue.scripts import load
+
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -142,8 +144,11 @@ def test_wheel_installs_into_a_clean_venv_and_reads_its_scripts(
         folder = resources.files(dynoqueue.scripts)
         scripts = {p.name: p.read_text(encoding="utf-8") for p in folder.iterdir()
                    if p.name.endswith(".lua")}
+        # Each script as it is sent: its lib/ includes resolved from the installed files.
+        loaded = {name: s.text for name, s in dynoqueue.scripts.load().items()}
         print(json.dumps({"file": dynoqueue.__file__, "version": dynoqueue.__version__,
-                          "queues": dynoqueue.RedisQueues.__name__, "scripts": scripts}))
+                          "queues": dynoqueue.RedisQueues.__name__, "scripts": scripts,
+                          "loaded": loaded}))
     """)
     # cwd is tmp_path and PYTHONPATH is unset: only the venv's install can be imported.
     seen = json.loads(_run([str(python), "-c", probe], cwd=tmp_path).stdout)
@@ -156,6 +161,7 @@ def test_wheel_installs_into_a_clean_venv_and_reads_its_scripts(
     assert set(seen["scripts"]) == {p.name for p in source_scripts.glob("*.lua")}
     for name, text in seen["scripts"].items():
         assert text == (source_scripts / name).read_text(encoding="utf-8"), name
+    assert seen["loaded"] == {name: s.text for name, s in load().items()}
 
     # The console script from the entry point runs; its help lists the demo command.
     helped = _run([str(venv / "bin" / "dynoqueue"), "--help"], cwd=tmp_path)

@@ -83,7 +83,7 @@ def ids_pushed(batch: list[Message], replies: list[Any]) -> list[str]:
 
 def leased(raw: Any, shard: str, deliveries: int, claimed_ms: int) -> Message:
     """A claimed message with its delivery count and lease receipt, ``deliveries:claim ms``
-    (the form ``receipt_of`` in ``scripts/_prelude.lua`` compares with)."""
+    (the form ``receipt_of`` in ``scripts/lib/records.lua`` compares with)."""
     message = Message.from_json(raw, shard=shard)
     message.deliveries = deliveries
     message.receipt = f"{deliveries}:{claimed_ms}"

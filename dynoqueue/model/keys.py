@@ -53,7 +53,8 @@ KEY_WORDS = frozenset({
     "EXPIRY", "SWEEP", "BORN", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
     "SPARK", "YOUZAN"})
 #: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
-#: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in _prelude.lua does.
+#: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in
+#: scripts/lib/group_records.lua does.
 _LINE_SAFE = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_:-")
 
 

@@ -153,13 +153,12 @@ def decode_record(raw: Any, born: Any = None) -> dict[str, Any]:
 
     ``born`` is the message's ``P.BORN.Q`` entry (``"e:m:t"`` text, or None): its enqueued at
     (``e``), own max deliveries (``m``) and TTL (``t``) count when the record holds none of
-    them (records of older versions do; ``with_born`` in ``scripts/_prelude.lua``).
+    them (``with_born`` in ``scripts/lib/records.lua``).
 
-    Lifecycle records are stored as text (see ``parse_life`` in ``scripts/_prelude.lua``):
+    Lifecycle records are stored as text (see ``parse_life`` in ``scripts/lib/records.lua``):
     ``"deliveries:claim_ms"`` when that is all they hold, else
     ``"deliveries:claim_ms:enqueued_ms:max_deliveries:ttl_ms"`` with absent numbers empty,
-    followed by ``":last_error"`` when there is one. Ended and dead records, and lifecycle
-    records written by older versions, are JSON objects.
+    followed by ``":last_error"`` when there is one. Ended and dead records are JSON objects.
     """
     rec = _decode(raw)
     if born and not any(rec.get(name) is not None for name in "emt"):

@@ -46,7 +46,7 @@ _DELAYED = MessageState.DELAYED.name
 #: The zsets of a shard a batch read covers: (kind, ``state`` column); and the group lines.
 QUEUE, READY, UNACK, GROUP = "queue", "ready", "unack", "group"
 _KINDS = ((QUEUE, WAITING), (READY, WAITING), (UNACK, UNACKED))
-#: A ready zset score is ``priority * 2**42 + due ms`` (``READY_SCALE`` in _prelude.lua).
+#: A ready zset score is ``priority * 2**42 + due ms`` (``READY_SCALE`` in scripts/lib/strict.lua).
 READY_SCALE = 2 ** 42
 
 
@@ -262,7 +262,8 @@ def _group_lines(conn: Any, keys: QueueKeys,
     message's record (``P.GROUPOF.Q``, read as bytes: it holds byte 255) starts with the due ms
     (16 digits), the sequence (16), the shard index (3, 1-based) and the priority (2); when
     its line member (sequence, priority, id) is in the line, it marks the end of the members
-    delivered before (stale: group_insert in _prelude.lua), and the waiting ones follow."""
+    delivered before (stale: group_insert in scripts/lib/groups.lua), and the waiting ones
+    follow."""
     heads = [(as_text(g), i if isinstance(i, bytes) else i.encode())
              for g, i in conn.hscan_iter(keys.group_head, count=LOOKUP_CHUNK)]
     out: dict[str, list[tuple[str, int, int]]] = {}
@@ -291,7 +292,7 @@ def _group_lines(conn: Any, keys: QueueKeys,
 
 def _line_entry(group: str, member: bytes | str, score: float) -> _Entry:
     """Decode an entry of ``group``'s line: score due ms; member the push sequence (16 digits),
-    the priority (2), the id (group_insert in _prelude.lua)."""
+    the priority (2), the id (group_insert in scripts/lib/groups.lua)."""
     return _Entry(as_text(member)[18:], score, score, group)
 
 
