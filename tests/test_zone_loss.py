@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from redis.cluster import RedisCluster
 
 from dynoqueue import (
     ConfigurationError,
@@ -182,6 +183,24 @@ def test_clear_takes_the_queue_out_of_the_registry(make_queues, raw, prefix) -> 
     assert raw.smembers(f"{prefix}.QUEUES") == set()
     q.push([Message("m")])  # registered again
     assert raw.smembers(f"{prefix}.QUEUES") == {"gone"}
+
+
+@BOTH_APIS
+@pytest.mark.deployments("single", "managed", "cluster")
+def test_the_heartbeat_reloads_a_lost_script_with_script_load(make_queues, raw,
+                                                              deployment) -> None:
+    queues = make_queues(orphan_shard_grace_ms=60_000)
+    queues.process_unacks()  # the first beat: the heartbeat script is loaded
+    every = {"target_nodes": RedisCluster.ALL_NODES} if deployment.name == "cluster" else {}
+    raw.execute_command("SCRIPT", "FLUSH", **every)
+    raw.config_resetstat(**every)
+    queues.process_unacks()
+    queues.process_unacks()
+    stats = raw.info("commandstats", **every)
+    nodes = list(stats.values()) if deployment.name == "cluster" else [stats]
+    assert not any("cmdstat_eval" in node for node in nodes)  # never EVAL: evicted on 7.4+
+    assert sum(node.get("cmdstat_script|load", {}).get("calls", 0) for node in nodes) >= 1
+    assert sum(node.get("cmdstat_evalsha", {}).get("calls", 0) for node in nodes) >= 3
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "30000", None, True])

@@ -28,7 +28,7 @@ from ..model.keys import PrefixKeys
 from ..model.message import as_text
 from ..model.settings import QueueSettings
 from .failures import guarded
-from .requests import QUORUM, Command, Op
+from .requests import QUORUM, Command, Op, Pipeline
 
 log = logging.getLogger("dynoqueue.zones")
 
@@ -118,13 +118,21 @@ class ZoneWatch:
         return [i for i, shard in enumerate(shards) if shard in orphaned]
 
     def _run(self, keys: list[str], args: list[Any]) -> Op[Any]:
+        """The heartbeat script. A server without it gets its text with SCRIPT LOAD and the
+        call again, as a queue's scripts do (see ``Sender``): not EVAL, whose scripts Redis
+        7.4+ and Valkey 8 evict."""
         head = (("EVAL", self._script.text) if self.settings.eval_scripts
                 else ("EVALSHA", self._script.sha))
+        call = Command(QUORUM, (*head, len(keys), *keys, *args))
         try:
-            return (yield Command(QUORUM, (*head, len(keys), *keys, *args)))
+            return (yield call)
         except NoScriptError:
-            return (yield Command(QUORUM, ("EVAL", self._script.text, len(keys), *keys,
-                                           *args)))
+            load = ("SCRIPT", "LOAD", self._script.text)
+            if self.settings.cluster:  # to the node the call goes to
+                yield Pipeline(QUORUM, [load], owner_of=keys[0])
+            else:
+                yield Command(QUORUM, load)
+            return (yield call)
 
 
 def _command(args: tuple[Any, ...]) -> Op[Any]:
