@@ -46,6 +46,17 @@ _NODE_LOST = (RedisConnectionError, RedisTimeoutError, *SLOT_MOVED_ERRORS)
 DYNOMITE_RETRY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 
 
+def script_load(role: str, text: str, keys: list[str], *, cluster: bool) -> Request:
+    """``SCRIPT LOAD`` of ``text`` where a call on ``keys`` runs: on a Cluster, the primary
+    that owns the first key's slot (the asyncio Cluster client cannot route a keyless SCRIPT
+    LOAD). The answer to NOSCRIPT, for a queue's scripts and the zone heartbeat alike: not
+    EVAL, whose scripts Redis 7.4+ and Valkey 8 evict."""
+    load = ("SCRIPT", "LOAD", text)
+    if cluster:
+        return Pipeline(role, [load], owner_of=keys[0])
+    return Command(role, load, idempotent=True)
+
+
 class Sender:
     """The send path of one queue (see the module's docstring).
 
@@ -123,11 +134,8 @@ class Sender:
         try:
             return (yield from self.send(command, idempotent=idempotent, failed=failed))
         except NoScriptError:
-            load = ("SCRIPT", "LOAD", self.scripts[name].text)
-            if self._quorum_cluster:  # to the node the call goes to (the asyncio Cluster
-                yield Pipeline(role, [load], owner_of=keys[0])  # client cannot route it)
-            else:
-                yield from self.send(Command(role, load, idempotent=True), idempotent=True)
+            yield from self.send(script_load(role, self.scripts[name].text, keys,
+                                             cluster=self._quorum_cluster), idempotent=True)
             return (yield from self.send(Command(role, command.args, idempotent=idempotent),
                                          idempotent=idempotent))
 

@@ -28,7 +28,8 @@ from ..model.keys import PrefixKeys
 from ..model.message import as_text
 from ..model.settings import QueueSettings
 from .failures import guarded
-from .requests import QUORUM, Command, Op, Pipeline
+from .requests import QUORUM, Command, Op
+from .sender import script_load
 
 log = logging.getLogger("dynoqueue.zones")
 
@@ -118,20 +119,15 @@ class ZoneWatch:
         return [i for i, shard in enumerate(shards) if shard in orphaned]
 
     def _run(self, keys: list[str], args: list[Any]) -> Op[Any]:
-        """The heartbeat script. A server without it gets its text with SCRIPT LOAD and the
-        call again, as a queue's scripts do (see ``Sender``): not EVAL, whose scripts Redis
-        7.4+ and Valkey 8 evict."""
+        """The heartbeat script; a server without it gets :func:`script_load` and the call
+        again, as a queue's scripts do."""
         head = (("EVAL", self._script.text) if self.settings.eval_scripts
                 else ("EVALSHA", self._script.sha))
         call = Command(QUORUM, (*head, len(keys), *keys, *args))
         try:
             return (yield call)
         except NoScriptError:
-            load = ("SCRIPT", "LOAD", self._script.text)
-            if self.settings.cluster:  # to the node the call goes to
-                yield Pipeline(QUORUM, [load], owner_of=keys[0])
-            else:
-                yield Command(QUORUM, load)
+            yield script_load(QUORUM, self._script.text, keys, cluster=self.settings.cluster)
             return (yield call)
 
 
