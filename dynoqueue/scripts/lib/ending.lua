@@ -21,15 +21,20 @@ local function where(k, id)
   return nil, nil
 end
 
--- Drop id from its zsets (shard s when known, else every shard), its group, the message hash
--- and its lifecycle data.
-local function forget(k, id, s)
+-- Drop id from the zsets of shard s (nil: every shard): waiting, ready and leased.
+local function leave_shards(k, id, s)
   local first, last = 1, k.n
   if s then first, last = s, s end
   for i = first, last do
     unwait(k, id, i)
     redis.call('ZREM', k.unack(i), id)
   end
+end
+
+-- Drop id from its zsets (shard s when known, else every shard), its group, the message hash
+-- and its lifecycle data.
+local function forget(k, id, s)
+  leave_shards(k, id, s)
   group_leave(k, id)
   redis.call('HDEL', k.msg, id)
   redis.call('HDEL', k.life, id)
@@ -65,11 +70,6 @@ end
 
 -- The same for a message still in a zset of shard s (nil: look in every shard).
 local function end_message(k, p, id, state, now, shard)
-  local first, last = 1, k.n
-  if shard then first, last = shard, shard end
-  for i = first, last do
-    unwait(k, id, i)
-    redis.call('ZREM', k.unack(i), id)
-  end
+  leave_shards(k, id, shard)
   finish(k, p, id, state, now, shard)
 end
