@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from dynoqueue import Message, MessageState, RedisQueues
@@ -308,6 +309,24 @@ def test_youzan_commands(server: Served, redis_server: RedisServer) -> None:
         assert reply.json()["success"] is False and reply.json()["error"]
     reply = server.http.post("/youzan/delayQueue", content=b"{not json")
     assert reply.status_code == 400 and reply.json()["success"] is False
+
+
+def test_the_index_sweep_spares_an_add_whose_push_is_on_its_way(
+        server: Served, redis_server: RedisServer) -> None:
+    # An add indexes its job, then pushes it: a sweep in between must not drop the entry, or
+    # the job could no longer be finished and its id would not stay unique across topics.
+    index, key = redis_server.client(), f"{server.prefix}.YOUZAN.INDEX"
+    t, in_flight, stale = topic(), f"new-{uuid.uuid4().hex[:6]}", f"old-{uuid.uuid4().hex[:6]}"
+    now_ms = int(time.time() * 1000)
+    index.hset(key, in_flight, orjson.dumps({"topic": t, "ttr": 5, "at": now_ms}))
+    index.hset(key, stale, orjson.dumps({"topic": t, "ttr": 5, "at": now_ms - 60_000}))
+    deadline = time.monotonic() + 10
+    while index.hget(key, stale) is not None:  # the sweep (every 200 ms) ran since
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # and at least twice more
+    assert index.hget(key, in_flight) is not None
+    index.close()
 
 
 def test_metrics_healthz_and_openapi(server: Served) -> None:

@@ -227,28 +227,39 @@ class ServerState:
         return doc if isinstance(doc, dict) else None
 
     async def index_set(self, job_id: str, topic: str, ttr_s: int) -> None:
-        await self.factory().quorum_conn.hset(self.youzan_index, job_id,
-                                              orjson.dumps({"topic": topic, "ttr": ttr_s}))
+        """Index ``job_id`` before its push; ``at`` (epoch ms) tells the sweep that the push
+        may still be on its way."""
+        entry = {"topic": topic, "ttr": ttr_s, "at": int(time.time() * 1000)}
+        await self.factory().quorum_conn.hset(self.youzan_index, job_id, orjson.dumps(entry))
 
     async def index_drop(self, job_id: str) -> None:
         await self.factory().quorum_conn.hdel(self.youzan_index, job_id)
 
     async def sweep_index(self, batch: int = 500) -> int:
         """Drop index entries whose job is gone or ended (acked, expired or removed by another
-        client); dead letters keep theirs (they can be redriven). Returns how many dropped."""
+        client); dead letters keep theirs (they can be redriven). An entry whose job is not in
+        Redis is kept while it is younger than a call deadline: its add may still be pushing
+        the job (the add indexes first, so that a crash leaves an entry to sweep, never a job
+        nobody can finish). Returns how many dropped."""
         client = self.factory().quorum_conn
+        in_flight_ms = self.factory().settings.call_timeout_ms
         dropped = 0
         cursor: Any = 0
         while True:
             cursor, entries = await client.hscan(self.youzan_index, cursor, count=batch)
+            now_ms = int(time.time() * 1000)
             for raw_id, raw in entries.items():
                 job_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+                indexed_ms = 0
                 try:
-                    topic = str(orjson.loads(raw)["topic"])
-                    queue = await self.topic(topic)
+                    entry = orjson.loads(raw)
+                    indexed_ms = int(entry.get("at", 0))
+                    queue = await self.topic(str(entry["topic"]))
                     state = await queue.state(job_id)
                 except Exception:  # an unreadable entry or a topic it cannot name
                     state = None
+                if state is None and now_ms - indexed_ms < in_flight_ms:
+                    continue  # not pushed yet, or never will be: see next sweep
                 if state is None or state.name in ("ACKED", "EXPIRED", "DELETED"):
                     await client.hdel(self.youzan_index, job_id)
                     dropped += 1
