@@ -350,17 +350,27 @@ def test_evicted_payloads_become_dead_letters_with_a_warning_never_silent_losses
             for i in range(0, 2000, 250):
                 ledger.attempt([m.id for m in messages[i:i + 250]], 3000)
                 ledger.acked(q.push(messages[i:i + 250]))
-            for _ in range(20):  # the hash idles while consumers poll (LRU clock: 1 s)
-                q.pop(10, wait_ms=0)
-                time.sleep(0.1)
+            # Make the hash and a cache the least recently used keys, the queue zset the most:
+            # fill memory to just below the limit, let it all idle while the zset is read as a
+            # polling consumer does (LRU clock: 1 s), then write on until the hash is evicted.
+            # size() reads the zsets but cannot claim: a pop would touch the hash. Without the
+            # idle cache the zset tied with fresh cache keys and was sometimes evicted first.
+            memory, evicted = raw.info("memory"), raw.info("stats")["evicted_keys"]
+            room = int(memory["maxmemory"]) - int(memory["used_memory"]) - 2_000_000
             cache = 0
+            while cache < room // 130_000:  # a 100 kB value takes up to 128 kB (jemalloc)
+                raw.set(f"{prefix}:cache:{cache}", "c" * 100_000)
+                cache += 1
+            assert raw.info("stats")["evicted_keys"] == evicted
+            for _ in range(22):
+                q.size()
+                time.sleep(0.1)
             while raw.exists(q.keys.message_hash) and cache < 3000:
                 raw.set(f"{prefix}:cache:{cache}", "c" * 100_000)
                 cache += 1
-                if cache % 5 == 0:
-                    q.pop(10, wait_ms=0)
+                q.size()
             assert not raw.exists(q.keys.message_hash), "the message hash was never evicted"
-            assert raw.zcard(q.keys.queue_shard("a")) > 0
+            assert raw.zcard(q.keys.queue_shard("a")) == 2000, "the ids left the queue zset"
             raw.delete(*[f"{prefix}:cache:{i}" for i in range(cache)])
             time.sleep(max(0.0, max(ledger.due_ms.values()) / 1000 - time.time()))
             while got := q.pop(500, wait_ms=0):  # a pop goes on past ids without payload
