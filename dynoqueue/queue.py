@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from .core.factory import QueueBase
-from .core.queue import QueueCore
+from .core.layout import AnyCore
 from .core.requests import Op
 from .io.sync import SyncDriver
 from .model.message import Message
@@ -39,7 +39,7 @@ class DynoQueue(QueueBase):
         shards: all shard names. ``local_shard``: the shard pops and peeks act on.
     """
 
-    def __init__(self, core: QueueCore, driver: SyncDriver) -> None:
+    def __init__(self, core: AnyCore, driver: SyncDriver) -> None:
         super().__init__(core)
         self._run_op = driver.run
         self._driver = driver

@@ -48,6 +48,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("deployments")
     names = [n for n in NAMES if (marker is None or n in marker.args) and n in ONLY]
+    if metafunc.definition.get_closest_marker("one_partition") is not None:
+        names = [n for n in names if n != "partitioned"]
     params = [pytest.param(n, id=n, marks=([pytest.mark.slow] if n in SLOW else [])
                            + ([NEEDS_DYNOMITE] if n == "dynomite" else []))
               for n in names]

@@ -17,13 +17,14 @@ tests skip and say why (:data:`NEEDS_DYNOMITE`), since no package registry ships
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from dynoqueue import RedisQueues
+from dynoqueue import QueuePolicy, RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import (
     ClusterTopology,
@@ -39,8 +40,12 @@ from dynoqueue.model.keys import PrefixKeys
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Deployment names, in the order the suite runs them. The multi-process ones are "slow".
-NAMES = ("single", "managed", "ring", "sentinel", "cluster", "dynomite")
-SLOW = frozenset({"sentinel", "cluster", "dynomite"})
+#: ``partitioned`` is the ``cluster`` deployment (the same processes) whose factories give every
+#: queue :data:`PARTITIONS` partitions (a queue spread over all three primaries).
+NAMES = ("single", "managed", "ring", "sentinel", "cluster", "partitioned", "dynomite")
+SLOW = frozenset({"sentinel", "cluster", "partitioned", "dynomite"})
+#: The partitions of every queue of the ``partitioned`` deployment.
+PARTITIONS = 4
 
 
 def _dynomite_missing() -> str | None:
@@ -62,10 +67,13 @@ DYNOMITE_POLL_MS = 20
 class Deployment:
     """One started topology plus the URL the builders take for it."""
 
-    def __init__(self, name: str, url: str, topology: Topology | RedisServer) -> None:
+    def __init__(self, name: str, url: str, topology: Topology | RedisServer,
+                 partitions: int = 1) -> None:
         self.name = name
         self.url = url
         self.topology = topology
+        #: The partitions the factories built here give every queue (1: the layout of one).
+        self.partitions = partitions
 
     def build(self, *, decode: bool = False, api: str = "sync", bridge: Any = None,
               **settings: Any) -> Any:
@@ -73,6 +81,9 @@ class Deployment:
         ``api="async"`` the asyncio one, behind ``bridge`` (see tests/apis.py)."""
         if self.name == "dynomite":
             settings = {"dynomite": True, "poll_interval_ms": DYNOMITE_POLL_MS, **settings}
+        if self.partitions > 1:
+            settings["policy"] = dataclasses.replace(settings.get("policy") or QueuePolicy(),
+                                                     partitions=self.partitions)
         if api == "async":
             return bridge.wrap_factory(AsyncRedisQueues.from_url(
                 self.url, read_from_replicas=False,
@@ -186,6 +197,9 @@ class DeploymentPool:
         self._stops = contextlib.ExitStack()
 
     def get(self, name: str) -> Deployment:
+        if name == "partitioned":
+            cluster = self.get("cluster")
+            return Deployment(name, cluster.url, cluster.topology, partitions=PARTITIONS)
         if name not in self._running:
             deployment, stop = _start(name)
             self._stops.callback(stop)

@@ -106,6 +106,7 @@ def test_dyno_queue_dao_test(make_dao) -> None:
     assert dao.queues_detail_verbose() == {q: {"a": {"size": 0, "uacked": 0}}}
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_contains_message(make_dao) -> None:
     """containsMessageTest (Conductor issue 1892): waiting and leased count, removed do not."""
     dao, q = make_dao(), unique()
@@ -119,6 +120,7 @@ def test_contains_message(make_dao) -> None:
     assert dao.queues_detail_verbose()[q] == {"a": {"size": 0, "uacked": 0}}
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_poll_messages_in_batches_with_payloads_and_priorities(make_dao) -> None:
     """pollMessagesTest (Conductor issue 399): two polls take 3 then 4 of 10; the rest wait.
     All are due in the same millisecond, so the lower priority number comes first."""
@@ -137,6 +139,7 @@ def test_poll_messages_in_batches_with_payloads_and_priorities(make_dao) -> None
     assert dao.queues_detail_verbose()[q] == {"a": {"size": 3, "uacked": 7}}
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_poll_deferred_messages(make_dao, clock: FakeClock) -> None:
     """pollDeferredMessagesTest (Conductor issue 448): delayed messages come in a later poll,
     and a poll for more than is due returns what is due."""

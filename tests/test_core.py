@@ -10,7 +10,7 @@ import pytest
 
 from dynoqueue import DynoQueueError, Message, SingleShardSupplier
 from dynoqueue.core import doorbell as bell
-from dynoqueue.core.leases import _id_receipt_pairs, _receipt
+from dynoqueue.core.leases import id_receipt_pairs, _receipt
 from dynoqueue.core.requests import Step
 from dynoqueue.model import validate
 
@@ -120,7 +120,7 @@ def test_every_script_defines_each_prelude_helper_it_mentions() -> None:
     assert "local function lease(" in scripts.source("claim_id")
 
 
-def test_id_receipt_pairs_fast_path_accepts_exactly_what_the_checks_accept() -> None:
+def testid_receipt_pairs_fast_path_accepts_exactly_what_the_checks_accept() -> None:
     """The ids and receipts of acks and nacks skip the per-item checks when they are ASCII
     text: each item gives what the checks give, and what they refuse is still refused."""
     def checked(item: Any) -> list[str]:  # the checks alone, item by item
@@ -141,7 +141,7 @@ def test_id_receipt_pairs_fast_path_accepts_exactly_what_the_checks_accept() -> 
         except DynoQueueError as exc:
             expected = type(exc)
         try:
-            got: Any = _id_receipt_pairs("ack_many", [item])
+            got: Any = id_receipt_pairs("ack_many", [item])
         except DynoQueueError as exc:
             got = type(exc)
         assert got == expected, (item, getattr(item, "receipt", None))

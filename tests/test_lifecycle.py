@@ -129,6 +129,7 @@ def test_a_stored_policy_changes_on_a_live_queue(make, make_queues, clock) -> No
         q.set_policy({"max_deliveries": 3})
 
 
+@pytest.mark.one_partition("sets a policy of one partition")
 def test_a_queue_without_a_stored_policy_gets_one(make) -> None:
     q = make()
     assert q.stored_policy() is None
@@ -182,6 +183,7 @@ def test_ack_many_checks_every_receipt_of_a_mixed_batch(make, clock) -> None:
     assert q.ack("d", receipt=fresh["d"].receipt)
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_waiting_messages_cost_no_lifecycle_record_by_default(make, raw) -> None:
     q = make()
     q.push([Message(f"m{i}") for i in range(20)])
@@ -192,6 +194,7 @@ def test_waiting_messages_cost_no_lifecycle_record_by_default(make, raw) -> None
     assert raw.hlen(q.keys.life) == 0
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_a_large_claim_keeps_its_records_in_a_hash_table_and_no_key_outlives_them(
         make, raw, deployment) -> None:
     # Records written by one claim of many messages go to a hash table at once (a listpack
@@ -418,6 +421,7 @@ def test_min_count_returns_as_soon_as_enough_are_leased(make_queues) -> None:
 
 @pytest.mark.parametrize("stored", ["{not json", b"\xff\xfe not json at all"],
                          ids=["bad-json", "not-utf8"])
+@pytest.mark.one_partition("writes the one-partition keys")
 def test_a_poison_message_among_50_valid_ones_is_dead_lettered_and_the_rest_delivered(
         make, raw, clock, stored) -> None:
     q = make()
@@ -448,6 +452,7 @@ def test_a_java_written_message_without_lifecycle_data_is_counted_from_its_first
     assert q.state("java") is MessageState.DEAD
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_lifecycle_data_never_outlives_a_message_a_java_client_acked(make, raw) -> None:
     q = make()
     q.push([Message("j")])
@@ -476,6 +481,7 @@ def _calls(raw: Any, command: str) -> int:
     return sum(int(node.get(f"cmdstat_{command}", {}).get("calls", 0)) for node in per_node)
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_a_pushed_id_counts_from_zero_while_other_messages_are_leased(make, raw) -> None:
     """A producer's usual push (one plain message, or a batch) into a queue whose consumers
     hold leases (delivery records exist) takes the short path of push.lua (HSETNX), and still
@@ -514,6 +520,7 @@ def test_born_entries_never_outlive_a_message_a_java_client_removed(make, raw) -
     assert q.info("j4").expires_at_ms is not None
 
 
+@pytest.mark.one_partition("gives queues policies of one partition")
 def test_the_stored_policy_must_match_every_process(make_queues, clock) -> None:
     name = unique("policy")
     first = make_queues(shard_supplier=SingleShardSupplier("a")).get(
@@ -605,6 +612,7 @@ def test_postpone_moves_a_waiting_or_leased_message_atomically(make, clock) -> N
     assert [m.id for m in q.pop(2)] == ["w", "l"]
 
 
+@pytest.mark.one_partition("gives queues policies of one partition")
 def test_info_reports_the_stored_policys_max_deliveries_to_every_process(make_queues) -> None:
     name = unique("stored")
     configured = make_queues(shard_supplier=SingleShardSupplier("a")).get(

@@ -63,6 +63,7 @@ def expire_leases(q: Any, clock: FakeClock, ms: int = 1001) -> None:
 # ------------------------------------------------------------------ strict priority
 
 
+@pytest.mark.one_partition("strict priority holds within a partition")
 def test_an_urgent_message_overtakes_a_due_backlog_only_with_strict_priority(make,
                                                                             clock) -> None:
     backlog = [Message(f"low{i}", priority=9) for i in range(5)]
@@ -154,6 +155,7 @@ def test_the_ready_zset_is_never_used_without_strict_priority(make, clock, raw) 
     assert raw.exists(q.keys.group_of, q.keys.group_head, q.keys.group_seq) == 0
 
 
+@pytest.mark.one_partition("gives queues policies of one partition")
 def test_strict_priority_is_part_of_the_stored_configuration(make_queues, clock) -> None:
     name = unique("strict")
     strict = make_queues(shard_supplier=SingleShardSupplier("a"), clock=clock).get(name, STRICT)
@@ -368,6 +370,7 @@ def test_a_group_lives_in_one_shard_and_local_pops_elsewhere_never_see_it(
     assert ids(zone[home].pop(5)) == ["m1"]
 
 
+@pytest.mark.one_partition("writes the one-partition keys")
 def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make, raw) -> None:
     q = make()
     q.push(grouped("g", "j1", "j2", "j3", "j4"))
@@ -387,6 +390,7 @@ def test_a_current_message_acked_by_a_java_client_is_repaired_by_the_sweep(make,
         assert raw.exists(key) == 0
 
 
+@pytest.mark.one_partition("writes the one-partition keys")
 def test_a_current_message_a_java_client_acked_is_no_longer_waiting(make, raw) -> None:
     """A current message that came from its line leaves its member there (the stale mark);
     once a Java client acked it (no payload, no lease), it waits nowhere: ensure() pushes it
@@ -488,6 +492,7 @@ def _group_keys(q: Any, groups: tuple[str, ...]) -> list[str]:
             *(q.keys.group_line(g) for g in groups)]
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_each_group_has_its_own_line_and_no_key_outlives_its_messages(make, raw) -> None:
     q = make()
     for n in range(3):
@@ -531,6 +536,7 @@ def test_lines_go_when_their_messages_leave_by_any_way(make, clock, raw) -> None
     assert q.size() == 0 and len(q.dead_letters()) == 2
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_acks_leave_the_line_alone_and_the_next_push_cuts_what_they_left(make, raw) -> None:
     """An ack moves its group on to the successor its group record names: the promoted
     message's line member stays where it is (the stale mark), so no ack touches the line;
@@ -559,6 +565,7 @@ def test_acks_leave_the_line_alone_and_the_next_push_cuts_what_they_left(make, r
         assert raw.exists(key) == 0, key
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_clear_deletes_every_group_line(make, raw) -> None:
     q = make()
     q.push([Message(f"{i}-{n}", group=g) for n in range(3) for i, g in enumerate(ODD_GROUPS)])

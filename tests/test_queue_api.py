@@ -170,6 +170,7 @@ def test_push_returns_ids_in_order_and_spreads_round_robin(queue) -> None:
     assert queue.push([]) == []
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_pop_returns_local_due_messages_in_visibility_then_priority_order(queue, clock) -> None:
     # Ids 2, 5, 8 land on the local shard a.
     queue.push([Message(f"m{i}", priority=p) for i, p in enumerate([0, 0, 50, 0, 0, 9, 0, 0, 1])])
@@ -189,6 +190,7 @@ def test_pop_respects_the_delay(queue, clock) -> None:
     assert (message.id, message.payload, message.timeout, message.shard) == ("late", "p", 500, "a")
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_priority_orders_only_within_one_millisecond(queue, clock) -> None:
     queue.push([Message("b1"), Message("c1"), Message("early", priority=99)])
     clock.advance(1)
@@ -196,6 +198,7 @@ def test_priority_orders_only_within_one_millisecond(queue, clock) -> None:
     assert ids(queue.pop(2)) == ["early", "later"]
 
 
+@pytest.mark.one_partition("reads the one-partition keys (test_partitions checks it)")
 def test_one_push_uses_one_now(make_queues, raw, prefix) -> None:
     q = make_queues(shard_supplier=SingleShardSupplier("s")).get("batch")
     q.push([Message(f"m{i}") for i in range(1200)])  # three script calls
@@ -238,6 +241,7 @@ def test_ack_and_ack_many(queue, clock) -> None:
         queue.ack_many(["m1", None])
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_lease_expiry_redelivers_with_its_priority(queue, clock, raw) -> None:
     queue.push([Message("b"), Message("c"), Message("m", "x", priority=42)])
     [message] = queue.pop(1)
@@ -284,6 +288,7 @@ def test_set_unack_timeout_zero_makes_it_eligible_at_once(queue, clock) -> None:
     assert queue.process_unacks() == 1
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_set_timeout_keeps_priority_and_updates_the_stored_delay(queue, clock, raw) -> None:
     queue.push([Message("b"), Message("c"), Message("m", "p", priority=37)])
     assert queue.set_timeout("m", 2500) is True
@@ -308,6 +313,7 @@ def test_remove_waiting_and_leased(queue, raw) -> None:
     assert queue.size() == 4
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_push_of_an_existing_id_moves_it(queue, raw) -> None:
     queue.push(local(3))
     [leased] = queue.pop(1)
@@ -322,6 +328,7 @@ def test_push_of_an_existing_id_moves_it(queue, raw) -> None:
     assert total == 3
 
 
+@pytest.mark.one_partition("reads the one-partition keys")
 def test_push_of_new_and_existing_ids_in_one_call(queue, raw) -> None:
     """push.lua stores new ids on its short path and hands a call with an existing id (replace
     mode) to its general code with nothing written: either way each id ends up stored once,
@@ -412,6 +419,7 @@ def test_contains_get_local_get_and_get_all(queue) -> None:
         queue.get(None)
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_peek_does_not_lease_and_all_shards_peek_is_bounded(queue) -> None:
     queue.push(local(9))
     assert ids(queue.peek(2)) == ["m2", "m5"]
@@ -424,6 +432,7 @@ def test_peek_does_not_lease_and_all_shards_peek_is_bounded(queue) -> None:
     assert queue.shard_sizes()["a"]["uacked"] == 0
 
 
+@pytest.mark.one_partition("due order holds within a partition")
 def test_all_shard_pops(queue) -> None:
     queue.push(local(9))
     first = queue.unsafe_pop_all_shards(4)
@@ -478,6 +487,7 @@ def test_malformed_patterns_raise_before_anything_changes(queue, pattern) -> Non
     assert queue.size() == 3
 
 
+@pytest.mark.one_partition("writes the one-partition keys")
 def test_find_stale_messages_reports_ids_without_payload(queue, raw) -> None:
     queue.push(local(3))
     raw.hdel(queue.keys.message_hash, "m1")
@@ -486,6 +496,7 @@ def test_find_stale_messages_reports_ids_without_payload(queue, raw) -> None:
     assert raw.zscore(queue.keys.queue_shard("c"), "m1") is not None  # reported, not deleted
 
 
+@pytest.mark.one_partition("writes the one-partition keys")
 def test_a_pop_drops_ids_whose_payload_is_gone(queue, raw) -> None:
     queue.push(local(6))
     raw.hdel(queue.keys.message_hash, "m2")

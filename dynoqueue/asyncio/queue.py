@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ..core.factory import QueueBase
-from ..core.queue import QueueCore
+from ..core.layout import AnyCore
 from ..core.requests import Op
 from ..io.aio import AsyncDriver
 from ..model.message import Message
@@ -29,7 +29,7 @@ class DynoQueue(QueueBase):
     (``asyncio.wait_for``, ``Task.cancel``): what it had leased is put back at once.
     """
 
-    def __init__(self, core: QueueCore, driver: AsyncDriver) -> None:
+    def __init__(self, core: AnyCore, driver: AsyncDriver) -> None:
         super().__init__(core)
         self._driver = driver
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..errors import CallTimeoutError, QueueClosedError
 from ..model import validate
+from ..model.keys import QueueKeys
 from ..model.luapattern import LuaPattern
 from ..model.message import Message
+from ..model.settings import QueueSettings
 from .deadline import DeadlinePassed
 from .failures import timed_out
 from .replies import Claim, leased
@@ -27,30 +29,34 @@ _MATCH_CLAIM_ATTEMPTS = 5
 FALLBACK_POLL_S = 0.05
 
 
-class Consuming(QueueState):
-    """pop (every pop of the API), claim_id, claim_match."""
+class Holding(Protocol):
+    """What a waiting pop needs of its claim (a :class:`Claim`, or a partitioned pop's)."""
 
-    def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int,
-            lease_ms: int | None = None, min_count: int | None = None) -> Op[list[Message]]:
-        """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
-        ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
-        wake-ups, the deadline, re-claims)."""
-        validate.count("count", count)
-        validate.ms("wait_ms", wait_ms)
-        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
-                                                                            low=1)
-        enough = count if min_count is None else validate.count("min_count", min_count, 1)
-        self._check_open()
-        order = self._local_first if all_shards else [self._local, *self._adopted()]
-        if count == 0:
-            return []
-        claim = Claim(order, count, lease)
-        if wait_ms == 0:
-            yield from self._guarded_claim(operation, claim)
-            return claim.messages()
-        return (yield from self._waiting_pop(operation, claim, min(enough, count), wait_ms))
+    order: list[int]
+    held: dict[str, tuple[Message, int]]
 
-    def _waiting_pop(self, operation: str, claim: Claim, enough: int,
+    def messages(self) -> list[Message]: ...
+
+
+class WaitingPop:
+    """The waiting pop's state machine, over any claim that a queue knows how to run
+    (:class:`Consuming`: a queue's shards; :class:`~dynoqueue.core.partitions.PartitionedCore`:
+    every partition's). The claim has ``order`` (indices into ``bell_channels``), ``held`` and
+    ``messages()``."""
+
+    bell_channels: list[str]
+    closed: bool
+    keys: QueueKeys
+    local_shard: str
+    settings: QueueSettings
+
+    def _guarded_claim(self, operation: str, claim: Any) -> Op[int | None]:
+        raise NotImplementedError
+
+    def _release(self, claim: Any) -> Op[None]:
+        raise NotImplementedError
+
+    def _waiting_pop(self, operation: str, claim: Holding, enough: int,
                      wait_ms: int) -> Op[list[Message]]:
         """Claim, then wait for a ring, the next due message or the deadline, and claim again,
         until ``enough`` are leased or ``wait_ms`` has passed."""
@@ -94,6 +100,30 @@ class Consuming(QueueState):
                 return claim.messages()
             if last and not rung:
                 return claim.messages()
+
+
+class Consuming(QueueState, WaitingPop):
+    """pop (every pop of the API), claim_id, claim_match."""
+
+    def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int,
+            lease_ms: int | None = None, min_count: int | None = None) -> Op[list[Message]]:
+        """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
+        ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
+        wake-ups, the deadline, re-claims)."""
+        validate.count("count", count)
+        validate.ms("wait_ms", wait_ms)
+        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
+                                                                            low=1)
+        enough = count if min_count is None else validate.count("min_count", min_count, 1)
+        self._check_open()
+        order = self._local_first if all_shards else [self._local, *self._adopted()]
+        if count == 0:
+            return []
+        claim = Claim(order, count, lease)
+        if wait_ms == 0:
+            yield from self._guarded_claim(operation, claim)
+            return claim.messages()
+        return (yield from self._waiting_pop(operation, claim, min(enough, count), wait_ms))
 
     def _guarded_claim(self, operation: str, claim: Claim) -> Op[int | None]:
         """Claim until ``claim`` holds its count; on cancellation put everything this pop

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar, Unpack
+from typing import Any, Generic, TypeVar, Unpack, cast
 
 from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import check_name, check_queue_name
@@ -20,6 +20,8 @@ from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
 from .failures import guarded
+from .layout import AnyCore, Discovering, open_core
+from .partitions import PartitionedCore
 from .preflight import ServerCheck
 from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op
@@ -41,13 +43,20 @@ class QueueBase:
         keys: the queue's Redis key names (:class:`dynoqueue.model.keys.QueueKeys`).
     """
 
-    def __init__(self, core: QueueCore) -> None:
-        self._core = core
+    def __init__(self, core: AnyCore) -> None:
+        #: The core this façade's calls run on: replaced by the one the stored policy names
+        #: once a Discovering core has read it (see :meth:`_found`). Typed as QueueCore: the
+        #: other two have its operations, with the same arguments and results.
+        self._core = cast(QueueCore, core)
         self.name = core.name
         self.keys = core.keys
         self.shards = core.shards
         self.local_shard = core.local_shard
         self.unack_timeout_ms = core.unack_timeout_ms
+
+    def _found(self, core: AnyCore) -> None:
+        """Run this façade's calls on ``core`` (the layout its Discovering core found)."""
+        self._core = cast(QueueCore, core)
 
     @property
     def closed(self) -> bool:
@@ -70,7 +79,7 @@ class QueuesBase(Generic[Q]):
     """
 
     #: The façade class of one queue, set by each API (called with the core and the driver).
-    queue_class: Callable[[QueueCore, Any], Q]
+    queue_class: Callable[[AnyCore, Any], Q]
     _driver: Any
     #: True for the asyncio API: its clients' execute_command is a coroutine function.
     asynchronous: bool = False
@@ -113,7 +122,7 @@ class QueuesBase(Generic[Q]):
         self.zones = ZoneWatch(self.settings)
         #: Cores of queues found in the registry that this factory has not opened: the unack
         #: pass handles them too (with the policy stored in Redis, not this factory's).
-        self._discovered: dict[str, QueueCore] = {}
+        self._discovered: dict[str, AnyCore] = {}
         self._next_pass = time.monotonic() + self.unack_handler_interval_ms / 1000
         self._server_check = ServerCheck(self.settings.eviction_check, self.settings.cluster)
         if self._server_check.done:
@@ -151,13 +160,15 @@ class QueuesBase(Generic[Q]):
                 raise ConfigurationError(f"queue {queue_name!r} was made with policy "
                                          f"{queue._core.policy}, not {policy}")
             if queue is None or queue.closed:
-                core = QueueCore(queue_name, self.settings,
+                core = open_core(queue_name, self.settings,
                                  quorum_cluster=self.settings.cluster,
                                  replica_reads=self._replica_reads, policy=policy)
                 core.events = self._events
                 core.zones = self.zones
                 core.server_check = self._server_check
                 queue = self.queue_class(core, self._driver)
+                if isinstance(core, Discovering):
+                    core.on_found = queue._found
                 self._queues[queue_name] = queue
             return queue
 
@@ -221,7 +232,7 @@ class QueuesBase(Generic[Q]):
         queue in the registry (each on the local shard and the adopted ones); one queue's
         error is logged, not raised."""
         yield from self._beat()
-        cores = [queue._core for queue in self.queues() if not queue.closed]
+        cores: list[Any] = [queue._core for queue in self.queues() if not queue.closed]
         opened = {core.name for core in cores}
         names: list[str] = []
         try:
@@ -254,18 +265,22 @@ class QueuesBase(Generic[Q]):
         except Exception:
             log.exception("zone heartbeat %s failed", self.zones.keys.zones)
 
-    def _discovered_core(self, name: str) -> QueueCore | None:
+    def _discovered_core(self, name: str) -> AnyCore | None:
         """The core of a registry queue this factory has not opened (None: a name that is no
         queue name, written by something else)."""
         core = self._discovered.get(name)
         if core is None:
             try:
-                core = QueueCore(name, self.settings, quorum_cluster=self.settings.cluster,
-                                 replica_reads=self._replica_reads)
+                plain = QueueCore(name, self.settings, quorum_cluster=self.settings.cluster,
+                                  replica_reads=self._replica_reads)
             except ConfigurationError:
                 return None
             # Apply what the queue has stored, never this factory's policy: not opened here.
-            core.policy, core._policy_checked = None, True
+            plain.policy, plain._policy_checked = None, True
+            core = Discovering(plain, lambda stored: PartitionedCore(
+                name, self.settings, quorum_cluster=self.settings.cluster,
+                replica_reads=self._replica_reads, policy=stored, stored=True))
+            core.on_found = lambda found: self._discovered.__setitem__(name, found)
             core.zones = self.zones
             with self._lock:
                 core.events = self._events

@@ -30,7 +30,10 @@ class Leasing(QueueState):
         return int(acked) == 1
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
-        pairs = _id_receipt_pairs("ack_many", ids)
+        return (yield from self.ack_pairs(id_receipt_pairs("ack_many", ids)))
+
+    def ack_pairs(self, pairs: list[str]) -> Op[int]:
+        """:meth:`ack_many` of validated [id, receipt, ...] pairs (:func:`id_receipt_pairs`)."""
         self._check_attached()
         if not pairs:
             return 0
@@ -40,7 +43,10 @@ class Leasing(QueueState):
         return acked
 
     def release(self, ids: Iterable[str | Message]) -> Op[int]:
-        pairs = _id_receipt_pairs("release", ids)
+        return (yield from self.release_pairs(id_receipt_pairs("release", ids)))
+
+    def release_pairs(self, pairs: list[str]) -> Op[int]:
+        """:meth:`release` of validated [id, receipt, ...] pairs."""
         self._check_attached()
         if not pairs:
             return 0
@@ -55,7 +61,12 @@ class Leasing(QueueState):
 
     def nack_many(self, ids: Iterable[str | Message], delay_ms: int = 0,
                   error: str | None = None) -> Op[int]:
-        pairs = _id_receipt_pairs("nack_many", ids)
+        pairs = id_receipt_pairs("nack_many", ids)
+        return (yield from self.nack_pairs(pairs, delay_ms, error))
+
+    def nack_pairs(self, pairs: list[str], delay_ms: int = 0,
+                   error: str | None = None) -> Op[int]:
+        """:meth:`nack_many` of validated [id, receipt, ...] pairs."""
         return (yield from self._nack("nack", pairs, delay_ms, error))
 
     def _nack(self, operation: str, pairs: list[str], delay_ms: int,
@@ -81,7 +92,11 @@ class Leasing(QueueState):
         return (yield from self._set_leases(operation, pairs, timeout_ms, only_if_shorter)) == 1
 
     def set_lease_many(self, ids: Iterable[str | Message], timeout_ms: int) -> Op[int]:
-        pairs = _id_receipt_pairs("set_unack_timeout_many", ids)
+        pairs = id_receipt_pairs("set_unack_timeout_many", ids)
+        return (yield from self.set_lease_pairs(pairs, timeout_ms))
+
+    def set_lease_pairs(self, pairs: list[str], timeout_ms: int) -> Op[int]:
+        """:meth:`set_lease_many` of validated [id, receipt, ...] pairs."""
         return (yield from self._set_leases("set_unack_timeout_many", pairs, timeout_ms, False))
 
     def _set_leases(self, operation: str, pairs: list[str], timeout_ms: int,
@@ -150,7 +165,7 @@ class Leasing(QueueState):
         return bool(removed)
 
 
-def _id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
+def id_receipt_pairs(operation: str, ids: Iterable[str | Message]) -> list[str]:
     """[id, receipt, id, receipt, ...]: Message objects bring their receipt, ids none."""
     items = validate.listed(f"{operation} takes a list of ids, not a single id", ids,
                             single=(Message,))

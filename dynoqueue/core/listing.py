@@ -16,6 +16,7 @@ can express; the metrics' read counts its SCAN pages. Used by both factories'
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from redis.exceptions import (
@@ -64,6 +65,10 @@ def queue_names(queues: Any, operation: str) -> CallOp[list[str]]:
     return sorted(names)
 
 
+#: What follows ``P.MESSAGE.`` in a partition's key (dynoqueue.model.keys): ``{tag}{Q}``.
+_PARTITION_KEY = re.compile(r"\{[0-9]{1,4}-[0-9a-f]{4}\}\{([^{}]+)\}")
+
+
 def _queue_name(key: Any, key_prefix: str, tagged: bool) -> str | None:
     """The queue a message hash or dead set key belongs to; None for any other key, or for a
     name this layout cannot hold."""
@@ -78,6 +83,9 @@ def _queue_name(key: Any, key_prefix: str, tagged: bool) -> str | None:
             break
     else:
         return None
+    partition = _PARTITION_KEY.fullmatch(name)
+    if partition:  # a partition's key: {tag}{Q}, whatever the deployment
+        return partition.group(1)
     if tagged:
         if not (name.startswith("{") and name.endswith("}")):
             return None

@@ -24,12 +24,19 @@ class Producing(QueueState):
         batch = self._push_batch(messages, if_exists)
         return (yield from self.push_validated(batch, if_exists))
 
-    def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
-        """:meth:`push` of a batch :meth:`push_call` has validated (not validated again)."""
+    def push_validated(self, batch: list[Message], if_exists: str,
+                       shards: list[int] | None = None,
+                       now: list[str] | None = None) -> Op[list[str]]:
+        """:meth:`push` of a batch :meth:`push_call` has validated (not validated again).
+
+        A partitioned queue splits a batch and passes each share with ``shards``, each
+        message's shard index (it placed the whole batch in input order), and ``now``: empty,
+        the push appends the "now" it used; holding one, the push uses it (so every share of
+        one call shares one "now")."""
         if not batch:
             return []
         self._check_open()
-        return (yield from self._push("push", if_exists, batch))
+        return (yield from self._push("push", if_exists, batch, shards, now))
 
     def push_call(self, messages: Iterable[Message],
                   if_exists: str = "replace") -> tuple[list[Message], Command | None]:
@@ -82,11 +89,14 @@ class Producing(QueueState):
             message.validate(limit)
         return batch
 
-    def _push_args(self, mode: str, batch: list[Message]) -> list[Any]:
-        """push.lua's ARGV: now, mode, then 9 per message."""
+    def _push_args(self, mode: str, batch: list[Message],
+                   shards: list[int] | None = None) -> list[Any]:
+        """push.lua's ARGV: now, mode, then 9 per message (``shards``: see push_validated)."""
         args: list[Any] = [self._now_arg(), mode]
+        placed = iter(shards) if shards is not None else None
         for m in batch:
-            args += (m.id, m.to_json(), m.timeout, m.priority, self._shard_index(m) + 1,
+            shard = self._shard_index(m) if placed is None else next(placed)
+            args += (m.id, m.to_json(), m.timeout, m.priority, shard + 1,
                      "" if m.due_at_ms is None else m.due_at_ms,
                      "" if m.max_deliveries is None else m.max_deliveries,
                      "" if m.ttl_ms is None else m.ttl_ms, m.group or "")
@@ -112,9 +122,13 @@ class Producing(QueueState):
         self.events(self.name, "pushed", len(ids))
         return ids
 
-    def _push(self, operation: str, mode: str, batch: list[Message]) -> Op[list[str]]:
-        """Push ``batch`` (push.lua, ``mode``: replace, keep or ensure); the ids pushed."""
-        args = self._push_args(mode, batch)
+    def _push(self, operation: str, mode: str, batch: list[Message],
+              shards: list[int] | None = None, now: list[str] | None = None) -> Op[list[str]]:
+        """Push ``batch`` (push.lua, ``mode``: replace, keep or ensure); the ids pushed
+        (``shards``, ``now``: see :meth:`push_validated`)."""
+        args = self._push_args(mode, batch, shards)
+        if now:
+            args[0] = now[0]
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
             yield from self._guard(operation, self.keys.message_hash,
@@ -123,13 +137,17 @@ class Producing(QueueState):
             # Concurrent pushes may join into one script call (the asyncio driver's
             # auto-pipelining; up to SCRIPT_BATCH messages); each still gets its own flags.
             reply = yield from self._write_one(operation, "push", args, merge=_PUSH_MERGE)
+            if now is not None and not now:
+                now.append(str(int(reply[0])))
             return self._pushed(batch, [reply])
         step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(2, len(args), step)]
         # The first chunk fixes "now" for the whole batch; the rest reuse it.
         first = yield from self._write(
             operation, "push", [(self._life_keys, [args[0], mode, *chunks[0]])], replicate=False)
-        now = first[0][0]
+        first_now = str(int(first[0][0]))
+        if now is not None and not now:
+            now.append(first_now)
         replies = first + (yield from self._write(
-            operation, "push", [(self._life_keys, [str(now), mode, *c]) for c in chunks[1:]]))
+            operation, "push", [(self._life_keys, [first_now, mode, *c]) for c in chunks[1:]]))
         return self._pushed(batch, replies)

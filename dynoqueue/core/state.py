@@ -55,14 +55,17 @@ class QueueState:
         replica_reads: the read client is a Cluster client that reads from replicas (read
             scripts then run as ``EVALSHA_RO`` on a replica of the queue's slot).
         policy: the policy this process applies (None: the settings').
+        tag: the hash tag of the partition this is (:mod:`dynoqueue.model.partitions`), or ""
+            for a queue of one partition.
 
     Raises:
         ConfigurationError: a bad queue name.
     """
 
     def __init__(self, name: str, settings: QueueSettings, *, quorum_cluster: bool,
-                 replica_reads: bool, policy: QueuePolicy | None = None) -> None:
-        self.keys = QueueKeys(settings.key_prefix, name, settings.shards, bool(settings.hash_tag))
+                 replica_reads: bool, policy: QueuePolicy | None = None, tag: str = "") -> None:
+        self.keys = QueueKeys(settings.key_prefix, name, settings.shards, bool(settings.hash_tag),
+                              tag)
         self.name = name
         self.settings = settings
         self.shards = list(settings.shards)

@@ -118,6 +118,11 @@ class Upkeep(QueueState):
         if not isinstance(policy, QueuePolicy):
             raise InvalidArgumentError(f"policy must be a QueuePolicy, got {policy!r:.80}")
         self._check_attached()
+        layout = 1 if self.policy is None else self.policy.partitions
+        if not self.keys.tag and layout == 1 and policy.partitions != 1:
+            raise ConfigurationError(
+                f"queue {self.name!r} has one partition; partitions cannot change on a live "
+                f"queue (drain it into a new queue made with partitions={policy.partitions})")
         replaced, old = yield from guarded("set_policy", self.keys.policy, self.sender.script(
             QUORUM, "set_policy", [self.keys.policy], [policy.to_json()], idempotent=True))
         previous = QueuePolicy.from_json(old) if old else None

@@ -17,6 +17,11 @@ serve``'s Youzan protocol).
 With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
 every key of one queue hashes to one slot and each Lua script stays single-slot.
 
+Partition ``T`` of a partitioned queue (:mod:`dynoqueue.model.partitions`) is that whole layout
+with ``{T}{Q}`` in place of ``Q``: ``P.QUEUE.{3-4ea0}{Q}.S``. Redis hashes a key by its first
+braces, so each partition is one slot of its own, whatever the deployment. One partition
+(``partitions=1``) keeps the layout above, byte for byte.
+
 The doorbell a waiting pop listens on is a pub/sub channel named like the shard's queue key:
 pub/sub channels and keys are separate namespaces, so the name needs no further prefix.
 
@@ -33,6 +38,9 @@ dot-free shard, encoded group or suffix, which would leave ``R1`` one component 
 has at least two. With equal prefixes, ``R1 == R2``: the key word is the same, the sharded (and
 per-group) and unsharded key words differ, the shard (or encoded group: the encoding is
 one-to-one) is the last component and the queue name (or ``{Q}``, up to its brace) the rest.
+A partition's keys hold ``}{`` right after the tag, which no other key holds (no name has a
+brace, and ``{Q}`` is followed by a dot or the end); two partitions' keys differ in the tag,
+which ends at the first ``}``.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ KEY_WORDS = frozenset({
 #: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in
 #: scripts/lib/group_records.lua does.
 _LINE_SAFE = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_:-")
+#: A partition's hash tag (dynoqueue.model.partitions): the partition, a dash, 4 hex digits.
+_PARTITION_TAG = re.compile(r"[0-9]{1,4}-[0-9a-f]{4}")
 
 
 def check_name(kind: str, value: object) -> str:
@@ -133,6 +143,8 @@ class QueueKeys:
         queue: the queue name.
         shards: all shard names, in the order scripts receive them.
         hash_tag: wrap the queue name in a Cluster hash tag.
+        tag: a partition's hash tag (:func:`dynoqueue.model.partitions.partition_tags`), or
+            "" for the one-partition layout.
 
     Raises:
         ConfigurationError: (a ValueError) a bad prefix (:func:`check_name`), queue name
@@ -144,8 +156,11 @@ class QueueKeys:
     queue: str
     shards: tuple[str, ...]
     hash_tag: bool = False
+    tag: str = ""
 
     def __post_init__(self) -> None:
+        if self.tag and not _PARTITION_TAG.fullmatch(self.tag):
+            raise ConfigurationError(f"{self.tag!r} is no partition tag")
         check_name("key prefix", self.prefix)
         check_queue_name(self.queue)
         if not self.shards:
@@ -157,6 +172,8 @@ class QueueKeys:
 
     @property
     def _tagged(self) -> str:
+        if self.tag:
+            return f"{{{self.tag}}}{{{self.queue}}}"
         return f"{{{self.queue}}}" if self.hash_tag else self.queue
 
     @property

@@ -16,7 +16,8 @@ import orjson
 
 from ..errors import ConfigurationError
 from .message import Message
-from .validate import count, ms
+from .partitions import MAX_PARTITIONS
+from .validate import count, int_at_least, ms
 
 #: Dead letters are kept 7 days unless the policy says otherwise.
 DEFAULT_DEAD_LETTER_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -42,6 +43,11 @@ class QueuePolicy:
             first (0 = most urgent), the earliest due among equal priorities; a delayed
             message still waits until it is due (Alibaba RMQ's PriorityMessage, bullmq's
             priority). Part of the queue's stored configuration, like the rest.
+        partitions: 1..1024 (default 1: dyno-queues' layout, byte for byte). n > 1 splits the
+            queue into n partitions, each one Redis Cluster hash slot, so its throughput and
+            backlog grow with the cluster's primaries (docs/deployments.md, "Scaling one
+            queue"); a message lives in partition ``crc32(id) % n``. Fixed for the queue's
+            life: a live queue cannot be repartitioned.
 
     Raises:
         ConfigurationError: (a ValueError) a value that is not an int in range, or a
@@ -53,6 +59,7 @@ class QueuePolicy:
     retention_ms: int = 0
     dead_letter_retention_ms: int = DEFAULT_DEAD_LETTER_RETENTION_MS
     strict_priority: bool = False
+    partitions: int = 1
 
     def __post_init__(self) -> None:
         count("max_deliveries", self.max_deliveries, error=ConfigurationError)
@@ -62,13 +69,18 @@ class QueuePolicy:
         if not isinstance(self.strict_priority, bool):
             raise ConfigurationError(
                 f"strict_priority must be a bool, got {self.strict_priority!r}")
+        int_at_least("partitions", self.partitions, 1, high=MAX_PARTITIONS,
+                     error=ConfigurationError)
 
     def to_json(self) -> str:
-        """The stored form (short names the scripts read: max, ttl, ret, dret, strict)."""
-        return orjson.dumps({"max": self.max_deliveries, "ttl": self.message_ttl_ms,
-                             "ret": self.retention_ms,
-                             "dret": self.dead_letter_retention_ms,
-                             "strict": int(self.strict_priority)}).decode()
+        """The stored form (short names the scripts read: max, ttl, ret, dret, strict; and
+        parts, only when over 1, so a one-partition policy is stored as before)."""
+        doc = {"max": self.max_deliveries, "ttl": self.message_ttl_ms,
+               "ret": self.retention_ms, "dret": self.dead_letter_retention_ms,
+               "strict": int(self.strict_priority)}
+        if self.partitions != 1:
+            doc["parts"] = self.partitions
+        return orjson.dumps(doc).decode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> QueuePolicy:
@@ -81,7 +93,7 @@ class QueuePolicy:
             doc = orjson.loads(raw)
             # Policies stored before strict priority existed have no "strict": not strict.
             return cls(int(doc["max"]), int(doc["ttl"]), int(doc["ret"]), int(doc["dret"]),
-                       bool(int(doc.get("strict", 0))))
+                       bool(int(doc.get("strict", 0))), int(doc.get("parts", 1)))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigurationError(f"the stored queue policy is unreadable: {raw!r:.80}") from exc
 

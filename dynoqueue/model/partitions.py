@@ -1,0 +1,83 @@
+"""Where the partitions of a partitioned queue live: their hash tags and which partition holds
+a message.
+
+A queue made with ``QueuePolicy(partitions=n)``, n > 1, is n copies of the one-partition layout
+(:mod:`dynoqueue.model.keys`), each under a hash tag of its own, so each is one Redis Cluster
+hash slot and every per-message script stays single-slot. A message id lives in partition
+``crc32(id) % n`` (a message of an ordered group: ``crc32(group) % n``), as RMQ maps a slot basis
+to a slot.
+
+The tags are chosen so that the partitions' slots spread evenly: partition k's slot is the one
+nearest ``base + k * 16384 / n``, ``base`` being the slot of the queue's one-partition tag
+(``{Q}``). A Cluster's primaries own contiguous slot ranges, so even slots mean even shares;
+twelve random tags often land 5/4/3 on three primaries.
+
+A tag is ``k-XXXX`` (k the partition, XXXX four hex digits). Redis hashes a key by its tag with
+CRC16-XMODEM, which is linear: for equal lengths, ``crc(a xor b) = crc(a) xor crc(b)``, so
+``crc("k-" + X) = crc("k-\\0\\0\\0\\0") xor crc(X)``. A table of the CRCs of every four-hex-digit
+X (built once, about 10 ms) then finds for any partition the X whose slot is nearest its target
+without a search per tag.
+"""
+
+from __future__ import annotations
+
+import binascii
+import functools
+import itertools
+import zlib
+
+#: The most partitions a queue may have (each is a slot; more buys nothing on any cluster).
+MAX_PARTITIONS = 1024
+#: Redis Cluster's hash slots.
+SLOTS = 16384
+_HEX = "0123456789abcdef"
+
+
+def slot_of_tag(tag: str) -> int:
+    """The Redis Cluster hash slot of hash tag ``tag`` (the text between the braces)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
+
+
+@functools.cache
+def _suffixes() -> dict[int, str]:
+    """CRC16 -> the first four-hex-digit text with that CRC (about a third of all values)."""
+    table: dict[int, str] = {}
+    for chars in itertools.product(_HEX, repeat=4):
+        text = "".join(chars)
+        table.setdefault(binascii.crc_hqx(text.encode(), 0), text)
+    return table
+
+
+def _tag_near(index: int, target: int) -> str:
+    """Partition ``index``'s tag ``index-XXXX`` whose slot is nearest ``target``."""
+    head = f"{index}-"
+    zeroed = binascii.crc_hqx(head.encode() + b"\0\0\0\0", 0)
+    table = _suffixes()
+    for distance in range(SLOTS):
+        for slot in ((target + distance) % SLOTS, (target - distance) % SLOTS):
+            for high in range(4):  # the two CRC bits the slot drops
+                suffix = table.get(zeroed ^ (high << 14 | slot))
+                if suffix is not None:
+                    return head + suffix
+    raise AssertionError("unreachable: the table covers every slot")  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=256)
+def partition_tags(queue: str, count: int) -> tuple[str, ...]:
+    """The hash tags of a queue's ``count`` partitions (``count`` in 2..MAX_PARTITIONS), in
+    partition order: partition k's slot is the one nearest ``slot({queue}) + k * 16384 /
+    count``.
+
+    Raises:
+        ValueError: ``count`` out of range.
+    """
+    if not 2 <= count <= MAX_PARTITIONS:
+        raise ValueError(f"partitions must be in 2..{MAX_PARTITIONS}, got {count}")
+    base = slot_of_tag(queue)
+    return tuple(_tag_near(k, (base + k * SLOTS // count) % SLOTS) for k in range(count))
+
+
+def partition_of(text: str, count: int) -> int:
+    """The partition (0-based) of a message id or group name among ``count``: CRC32 of its
+    UTF-8 bytes modulo ``count``."""
+    return zlib.crc32(text.encode()) % count if count > 1 else 0
