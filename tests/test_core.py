@@ -10,7 +10,7 @@ import pytest
 
 from dynoqueue import DynoQueueError, Message, SingleShardSupplier
 from dynoqueue.core import doorbell as bell
-from dynoqueue.core.leases import id_receipt_pairs, _receipt
+from dynoqueue.core.leases import _receipt, id_receipt_pairs
 from dynoqueue.core.requests import Step
 from dynoqueue.model import validate
 
