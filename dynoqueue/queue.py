@@ -52,7 +52,8 @@ class DynoQueue(QueueBase):
 
         Each message becomes visible ``message.timeout`` ms after the push (or at its
         ``due_at_ms``); all messages of one call share one "now" (the Redis server's clock
-        unless a clock was injected). A message's ``max_deliveries``/``ttl_ms`` override the
+        unless a clock was injected; on a partitioned queue, those of one partition). A
+        message's ``max_deliveries``/``ttl_ms`` override the
         queue policy for it. A message with a ``group`` goes to its group's shard (CRC32 of the
         group, not the sharding strategy) and waits behind the group's current message (see
         ``docs/semantics.md``, "Ordering"). Mirrors ``push`` (Camellia ``sendMsg``, Youzan

@@ -14,10 +14,12 @@ from ..model.states import QueuePolicy
 from .failures import guarded
 from .partitions import PartitionedCore
 from .queue import QueueCore
-from .requests import QUORUM, Command, Op
+from .requests import QUORUM, Command, Op, Sleep
 
 #: What serves a queue once its layout is known.
 Core = QueueCore | PartitionedCore
+#: How often a first call waiting for another's policy lookup checks whether it is done, s.
+LOOKUP_POLL_S = 0.002
 #: What the factory sets on a core after making it; a core found later gets the same.
 _WIRED = ("closed", "detached", "events", "zones", "server_check")
 #: The operations a façade or the factory runs (each returns an Op).
@@ -67,6 +69,7 @@ class Discovering:
     _partitioned: Callable[[QueuePolicy], PartitionedCore]
     #: The core the stored policy named (None until the first call has read it).
     found: Core | None
+    looking: bool
     on_found: Callable[[Core], None]
 
     def __init__(self, plain: QueueCore,
@@ -74,6 +77,8 @@ class Discovering:
         object.__setattr__(self, "_plain", plain)
         object.__setattr__(self, "_partitioned", partitioned)
         object.__setattr__(self, "found", None)
+        #: A first call is reading the stored policy (the others wait for it).
+        object.__setattr__(self, "looking", False)
         #: Told the core once the layout is known.
         object.__setattr__(self, "on_found", lambda core: None)
 
@@ -107,13 +112,29 @@ class Discovering:
         return (yield from getattr(core, name)(*args, **kwargs))
 
     def lookup(self, operation: str) -> Op[Core]:
-        """Read the stored policy; the core it names (made once)."""
+        """Read the stored policy; the core it names (made once). Concurrent first calls
+        (200 waiting pops started together) wait for the one lookup under way instead of each
+        sending its own: a burst of them on a fresh asyncio Cluster client broke its
+        connections."""
         plain: QueueCore = self._plain
         plain._check_attached()
         key = plain.keys.policy
-        raw = yield from guarded(operation, key, plain.sender.command(QUORUM, "GET", key))
+        core: Core = yield from guarded(operation, key, self._look_up(key))
+        return core
+
+    def _look_up(self, key: str) -> Op[Core]:
+        while self.looking and self.found is None:
+            yield Sleep(LOOKUP_POLL_S)
+        if self.found is not None:
+            return self.found
+        object.__setattr__(self, "looking", True)
+        try:
+            raw = yield from self._plain.sender.command(QUORUM, "GET", key)
+        finally:
+            object.__setattr__(self, "looking", False)
         if self.found is not None:  # a concurrent first call found it meanwhile
             return self.found
+        plain = self._plain
         stored = None if raw is None else QueuePolicy.from_json(raw)
         core: Core = plain
         if stored is not None and stored.partitions > 1:

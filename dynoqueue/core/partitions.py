@@ -24,6 +24,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
+from zlib import crc32
 
 from ..errors import ConfigurationError, InvalidArgumentError, QueueClosedError
 from ..model import validate
@@ -37,6 +38,7 @@ from .leases import id_receipt_pairs
 from .queue import QueueCore
 from .replies import Claim
 from .requests import QUORUM, Cancelled, Command, Op
+from .together import together
 
 T = TypeVar("T")
 
@@ -199,18 +201,14 @@ class PartitionedCore(WaitingPop):
             shares.setdefault(partition_of(key, self.count), []).extend(pairs[2 * i:2 * i + 2])
         return [(self.parts[k], shares[k]) for k in sorted(shares)]
 
-    def _sum(self, operation: str, ops: list[Op[int]]) -> Op[int]:
-        total = 0
-        for op in ops:
-            total += yield from op
-        return total
+    @staticmethod
+    def _sum(operation: str, ops: list[Op[int]]) -> Op[int]:
+        """The sum of ``ops``' results, run together (one round trip per step, not per op)."""
+        return sum((yield from together(ops)))
 
     def _each(self, operation: str, call: Callable[[QueueCore], Op[T]]) -> Op[list[T]]:
-        """``call`` on every partition, in order; the replies."""
-        out: list[T] = []
-        for part in self.parts:
-            out.append((yield from call(part)))
-        return out
+        """``call`` on every partition, run together; the replies in partition order."""
+        return (yield from together([call(part) for part in self.parts]))
 
     # ----------------------------------------------------------------------------- produce
 
@@ -220,11 +218,25 @@ class PartitionedCore(WaitingPop):
 
     def push_call(self, messages: Iterable[Message],
                   if_exists: str = "replace") -> tuple[list[Message], Command | None]:
-        """The validated batch, and None: a partitioned push is never one command."""
-        return self.base._push_batch(messages, if_exists), None
+        """The validated batch, and the one command of its push when every message of it goes
+        to one partition (a one-message push: the producer's usual call) and that partition's
+        push is one command (see QueueCore.push_call); else None."""
+        batch = self.base._push_batch(messages, if_exists)
+        if not self._checked or not batch:
+            return batch, None
+        first = self._partition_of_message(batch[0])
+        if any(self._partition_of_message(m) != first for m in batch[1:]):
+            return batch, None
+        return batch, self.parts[first].push_command(batch, if_exists)
 
-    def pushed(self, batch: list[Message], reply: Any) -> list[str]:  # pragma: no cover
-        raise AssertionError("push_call never gives a partitioned push a command")
+    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
+        """The result of :meth:`push_call`'s command."""
+        return self.parts[self._partition_of_message(batch[0])].pushed(batch, reply)
+
+    def _partition_of_message(self, message: Message) -> int:
+        """partition_of() of the message's id, or of its group (inlined: once per message)."""
+        return crc32((message.id if message.group is None else message.group).encode()
+                     ) % self.count
 
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         if not batch:
@@ -236,8 +248,7 @@ class PartitionedCore(WaitingPop):
         place = self.base._shard_index
         shares: dict[int, tuple[list[Message], list[int]]] = {}
         for m in batch:
-            key = m.id if m.group is None else m.group
-            share = shares.setdefault(partition_of(key, self.count), ([], []))
+            share = shares.setdefault(self._partition_of_message(m), ([], []))
             share[0].append(m)
             share[1].append(place(m))
         return self._checked_op("push", self._push_shares(batch, if_exists, shares))
@@ -249,11 +260,17 @@ class PartitionedCore(WaitingPop):
 
     def _push_shares(self, batch: list[Message], if_exists: str,
                      shares: dict[int, tuple[list[Message], list[int]]]) -> Op[list[str]]:
+        # Every share in one round trip. Each partition's share has one "now" (its server's
+        # clock unless one is injected); shares of different partitions may differ by the
+        # time between them, which no order observes: due order holds within a partition.
+        replies = yield from together([
+            self.parts[k].push_validated(messages, if_exists, shard_indices)
+            for k, (messages, shard_indices) in sorted(shares.items())])
+        if sum(len(ids) for ids in replies) == len(batch):  # all pushed: the usual reply
+            return [m.id for m in batch]
         pushed: Counter[str] = Counter()
-        now: list[str] = []  # the first partition's "now", shared by the whole batch
-        for k, (messages, shard_indices) in sorted(shares.items()):
-            pushed.update((yield from self.parts[k].push_validated(messages, if_exists,
-                                                                   shard_indices, now)))
+        for ids in replies:
+            pushed.update(ids)
         out: list[str] = []
         for m in batch:  # in input order, each id as often as it was pushed
             if pushed[m.id]:

@@ -25,18 +25,14 @@ class Producing(QueueState):
         return (yield from self.push_validated(batch, if_exists))
 
     def push_validated(self, batch: list[Message], if_exists: str,
-                       shards: list[int] | None = None,
-                       now: list[str] | None = None) -> Op[list[str]]:
+                       shards: list[int] | None = None) -> Op[list[str]]:
         """:meth:`push` of a batch :meth:`push_call` has validated (not validated again).
-
-        A partitioned queue splits a batch and passes each share with ``shards``, each
-        message's shard index (it placed the whole batch in input order), and ``now``: empty,
-        the push appends the "now" it used; holding one, the push uses it (so every share of
-        one call shares one "now")."""
+        ``shards``: each message's shard index, when the caller placed them (a partitioned
+        queue places a whole batch in input order before splitting it)."""
         if not batch:
             return []
         self._check_open()
-        return (yield from self._push("push", if_exists, batch, shards, now))
+        return (yield from self._push("push", if_exists, batch, shards))
 
     def push_call(self, messages: Iterable[Message],
                   if_exists: str = "replace") -> tuple[list[Message], Command | None]:
@@ -50,6 +46,10 @@ class Producing(QueueState):
         on from there (NOSCRIPT, retries and typed errors as always). Raises as :meth:`push`
         does for bad input or a closed queue."""
         batch = self._push_batch(messages, if_exists)
+        return batch, self.push_command(batch, if_exists)
+
+    def push_command(self, batch: list[Message], if_exists: str) -> Command | None:
+        """:meth:`push_call`'s command for a validated batch (None: see push_call)."""
         # Kept beside push_validated because a one-message push is the call producers make
         # most: no generator runs on its way (each layer costs every call). It is not a second
         # push: the command is the one Sender.script would yield (script_command), its reply
@@ -58,11 +58,10 @@ class Producing(QueueState):
         if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
                 or self.detached or not self._first_checks_done()
                 or (self.zones is not None and not self.zones.registered(self.name))):
-            return batch, None
+            return None
         self._check_open()
-        return batch, self.sender.script_command(QUORUM, "push", self._life_keys,
-                                                 self._push_args(if_exists, batch),
-                                                 merge=_PUSH_MERGE)
+        return self.sender.script_command(QUORUM, "push", self._life_keys,
+                                          self._push_args(if_exists, batch), merge=_PUSH_MERGE)
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
@@ -123,12 +122,10 @@ class Producing(QueueState):
         return ids
 
     def _push(self, operation: str, mode: str, batch: list[Message],
-              shards: list[int] | None = None, now: list[str] | None = None) -> Op[list[str]]:
+              shards: list[int] | None = None) -> Op[list[str]]:
         """Push ``batch`` (push.lua, ``mode``: replace, keep or ensure); the ids pushed
-        (``shards``, ``now``: see :meth:`push_validated`)."""
+        (``shards``: see :meth:`push_validated`)."""
         args = self._push_args(mode, batch, shards)
-        if now:
-            args[0] = now[0]
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
             yield from self._guard(operation, self.keys.message_hash,
@@ -137,17 +134,13 @@ class Producing(QueueState):
             # Concurrent pushes may join into one script call (the asyncio driver's
             # auto-pipelining; up to SCRIPT_BATCH messages); each still gets its own flags.
             reply = yield from self._write_one(operation, "push", args, merge=_PUSH_MERGE)
-            if now is not None and not now:
-                now.append(str(int(reply[0])))
             return self._pushed(batch, [reply])
         step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(2, len(args), step)]
         # The first chunk fixes "now" for the whole batch; the rest reuse it.
         first = yield from self._write(
             operation, "push", [(self._life_keys, [args[0], mode, *chunks[0]])], replicate=False)
-        first_now = str(int(first[0][0]))
-        if now is not None and not now:
-            now.append(first_now)
+        now = first[0][0]
         replies = first + (yield from self._write(
-            operation, "push", [(self._life_keys, [first_now, mode, *c]) for c in chunks[1:]]))
+            operation, "push", [(self._life_keys, [str(now), mode, *c]) for c in chunks[1:]]))
         return self._pushed(batch, replies)

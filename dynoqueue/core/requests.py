@@ -86,6 +86,20 @@ class Pipeline:
         self.owner_of = owner_of
 
 
+class Batch:
+    """Commands of several operations run together (a partitioned queue's partitions), sent in
+    one round trip per node (a non-transactional pipeline; on a Cluster the client's own,
+    which routes each command by its keys and follows MOVED/ASK). Reply: one ``(reply,
+    error)`` per command, in order, error None on success: each command's failure is its own
+    operation's."""
+
+    __slots__ = ("commands", "role")
+
+    def __init__(self, role: str, commands: list[Command]) -> None:
+        self.role = role
+        self.commands = commands
+
+
 class Scan:
     """Every (field, value) of a hash, read with HSCAN on the role's client; reply: a list."""
 
@@ -160,7 +174,8 @@ class BellState:
         self.enabled = enabled
 
 
-Request = Command | Pipeline | Scan | RefreshSlots | Sleep | Ticket | WaitBell | Budget
+Request = (Command | Pipeline | Batch | Scan | RefreshSlots | Sleep | Ticket | WaitBell
+           | Budget)
 #: An operation: yields requests, receives replies, returns its result.
 Op = Generator[Request, Any, T]
 

@@ -27,6 +27,7 @@ from .common import (
     Doorbells,
     answered_here,
     filled_pipeline,
+    outcomes,
     replica_node,
     slot_map,
     typed,
@@ -69,7 +70,8 @@ class AsyncDriver:
         self._batchers = {role: Batcher(client) for role, client in self._clients.items()
                           if type(client) is redis.asyncio.Redis and client.connection is None}
         self._handlers: dict[type, Handler] = {
-            rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Scan: self._scan,
+            rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Batch: self._batch,
+            rq.Scan: self._scan,
             rq.RefreshSlots: self._refresh,
             rq.Sleep: lambda r: asyncio.sleep(seconds_left(r.seconds)),
             rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
@@ -141,7 +143,7 @@ class AsyncDriver:
                 except BaseException as exc:
                     return None, await wait_failed(call, exc)
         handler = self._handlers[type(request)]
-        if type(request) in (rq.Command, rq.Pipeline) and request.role == rq.QUORUM:
+        if type(request) in (rq.Command, rq.Pipeline, rq.Batch) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
             task = asyncio.ensure_future(self._once(handler, request))
             # An error nobody awaits any more (past the deadline) is marked seen: no warning.
@@ -186,6 +188,12 @@ class AsyncDriver:
             client = self._node_client(client.get_node_from_key(request.owner_of))
         async with self._place(client):
             return list(await filled_pipeline(client, request.commands).execute())
+
+    async def _batch(self, request: rq.Batch) -> list[tuple[Any, BaseException | None]]:
+        client = self._clients[request.role]
+        async with self._place(client):
+            pipe = filled_pipeline(client, [command.args for command in request.commands])
+            return outcomes(await pipe.execute(raise_on_error=False))
 
     def _node_client(self, node: Any) -> Any:
         """A plain client of one Cluster node, so a pipeline and its WAIT reach that node."""

@@ -77,6 +77,12 @@ def filled_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> Any:
     return pipe
 
 
+def outcomes(results: Sequence[Any]) -> list[tuple[Any, BaseException | None]]:
+    """A pipeline's results (run with ``raise_on_error=False``: errors in place) as one
+    ``(reply, typed error)`` per command: the answer to a Batch request."""
+    return [(None, typed(r)) if isinstance(r, Exception) else (r, None) for r in results]
+
+
 def slot_map(client: Any) -> Any:
     """The nodes manager of a Cluster client (whose ``initialize`` re-reads the slot map), or
     None for a standalone client."""

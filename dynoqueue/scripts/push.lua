@@ -15,8 +15,9 @@
 --
 -- A producer's usual call runs first, before the prelude below makes its helpers (their
 -- closures cost ~2.5 us a call): mode replace or keep, no message with a group or its own max
--- deliveries or TTL, and a queue with no stored policy, ended or dead messages, groups or born
--- entries (one EXISTS; a second when the first finds something). Delivery records may exist (a
+-- deliveries or TTL, and a queue whose stored policy (if any) has no TTL nor strict priority,
+-- with no ended or dead messages, groups or born entries (one GET and one EXISTS; a second
+-- when the first finds something). Delivery records may exist (a
 -- queue whose consumers hold leases): a new id's leftover record, of an earlier message with
 -- that id that a Java client acked or removed, is deleted as the general code deletes it. Each
 -- id is stored with HSETNX; a new id then waits in its shard's queue zset (one ZADD per shard;
@@ -33,7 +34,7 @@
 --- @include "lib/records.lua"
 --- @include "lib/waiting.lua"
 local DOORBELL = true
-local FAST_NOW, FOUND, LIVE = nil, nil, false
+local FAST_NOW, FOUND, LIVE, FAST = nil, nil, false, false
 if ARGV[2] ~= 'ensure' then
   local plain = true
   for i = 3, #ARGV, 9 do
@@ -43,14 +44,23 @@ if ARGV[2] ~= 'ensure' then
     end
   end
   if plain then
-    -- ended, dead, groupof, policy, life, born (lifecycle_keys' order)
-    FOUND = redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[3], KEYS[2], KEYS[14])
-    -- the same without life: only delivery records (LIVE: new ids' leftovers go)
-    LIVE = FOUND ~= 0
-      and redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[3], KEYS[14]) == 0
+    -- A stored policy without TTL or strict priority changes nothing a push of new ids does
+    -- (a policy is stored by every process given one, and by every partitioned queue).
+    local stored = redis.call('GET', KEYS[3])
+    if not stored or (string.find(stored, '"ttl":0,', 1, true)
+                      and string.find(stored, '"strict":0', 1, true)) then
+      -- ended, dead, groupof, life, born (lifecycle_keys' order)
+      local others = redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[2], KEYS[14])
+      -- the same without life: only delivery records (LIVE: new ids' leftovers go)
+      LIVE = others ~= 0 and redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[14]) == 0
+      -- FAST: nothing but records, if that; FOUND counts the policy too, as the code below
+      -- counts it when an existing id sends the call there
+      FAST = others == 0 or LIVE
+      FOUND = others + (stored and 1 or 0)
+    end
   end
 end
-if FOUND == 0 or LIVE then
+if FAST then
   if ARGV[1] ~= '' then
     FAST_NOW = tonumber(ARGV[1])
   else

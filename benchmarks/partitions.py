@@ -1,0 +1,152 @@
+"""Partitioned queues (``QueuePolicy(partitions=n)``): what partitions cost on one server and
+how they spread the load over a cluster's primaries, ratios in one run.
+
+    python -m benchmarks.partitions [--rounds 3] [--messages 20000]
+
+* **No tax when not needed** (one redis-server): batched push (100 a call) and batched pop +
+  ack_many of the same backlog, ``partitions=1`` vs ``8``, in alternating rounds (a load change
+  hits both alike); the ratio of the medians. Also the client CPU per message.
+* **Load spreads** (3 primaries, no replicas): the same workload with ``partitions=1`` and
+  ``12``; each primary's share of the server time (``INFO commandstats`` usec), and the server
+  usec and round trips per message, the figures docs/benchmarks.md projects from.
+
+Every figure is printed per primary, so anyone with a bigger machine can check the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from rich.console import Console
+from rich.table import Table
+
+from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier
+from dynoqueue.embedded import RedisServer, cluster
+
+BATCH = 100
+
+
+def _server_usec(clients: list[Any]) -> list[float]:
+    """Each server's total command usec (INFO commandstats)."""
+    return [sum(float(v["usec"]) for v in c.info("commandstats").values()) for c in clients]
+
+
+def _calls(clients: list[Any]) -> list[int]:
+    return [sum(int(v["calls"]) for v in c.info("commandstats").values()) for c in clients]
+
+
+def _run(queues: RedisQueues, partitions: int, messages: int,
+         admins: list[Any]) -> dict[str, Any]:
+    """Push ``messages`` in batches, then pop + ack them in batches; the rates and the
+    servers' figures."""
+    q = queues.get(f"bench-{uuid.uuid4().hex[:8]}", QueuePolicy(partitions=partitions))
+    q.push([Message("warm", "x")])
+    q.ack_many(q.pop(1))
+    payload = "x" * 100
+    ids = [f"m{i}" for i in range(messages)]
+    for admin in admins:
+        admin.config_resetstat()
+    cpu, started = time.process_time(), time.perf_counter()
+    for i in range(0, messages, BATCH):
+        q.push([Message(id, payload) for id in ids[i:i + BATCH]])
+    push_s, push_cpu = time.perf_counter() - started, time.process_time() - cpu
+    push_usec, push_calls = _server_usec(admins), _calls(admins)
+    cpu, started = time.process_time(), time.perf_counter()
+    done = 0
+    while done < messages:
+        got = q.pop(BATCH)
+        if not got:
+            break
+        done += q.ack_many(got)
+    pop_s, pop_cpu = time.perf_counter() - started, time.process_time() - cpu
+    usec = _server_usec(admins)
+    calls = _calls(admins)
+    q.clear()
+    return {"push_rate": messages / push_s, "pop_rate": done / pop_s,
+            "push_cpu_us": push_cpu / messages * 1e6, "pop_cpu_us": pop_cpu / messages * 1e6,
+            "usec": usec, "usec_per_msg": sum(usec) / messages,
+            "push_server_us": sum(push_usec) / messages,
+            "push_calls": sum(push_calls) / (messages / BATCH),
+            "calls": sum(calls), "done": done}
+
+
+def _rounds(rounds: int, make: Callable[[int], dict[str, Any]],
+            counts: tuple[int, int]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {c: [] for c in counts}
+    for r in range(rounds):
+        for c in (counts if r % 2 == 0 else counts[::-1]):
+            out[c].append(make(c))
+    return out
+
+
+def one_server(rounds: int, messages: int, console: Console) -> None:
+    with RedisServer() as server:
+        admin = server.client()
+        client = redis.Redis.from_url(server.url)
+        with RedisQueues(client, client, key_prefix="pbench", unack_handler_interval_ms=0,
+                         shard_supplier=SingleShardSupplier("a")) as queues:
+            results = _rounds(rounds, lambda c: _run(queues, c, messages, [admin]), (1, 8))
+        client.close()
+        admin.close()
+    table = Table(title=f"One redis-server: partitions=1 vs 8 ({messages:,} messages, "
+                        f"batches of {BATCH}, {rounds} rounds, medians)")
+    for col in ("partitions", "push msg/s", "pop+ack msg/s", "client CPU push µs/msg",
+                "client CPU pop+ack µs/msg", "server push µs/msg", "server µs/msg"):
+        table.add_column(col, justify="right")
+    med: dict[int, dict[str, float]] = {}
+    for c, rows in results.items():
+        med[c] = {k: statistics.median(r[k] for r in rows)
+                  for k in ("push_rate", "pop_rate", "push_cpu_us", "pop_cpu_us",
+                            "push_server_us", "usec_per_msg")}
+        m = med[c]
+        table.add_row(str(c), f"{m['push_rate']:,.0f}", f"{m['pop_rate']:,.0f}",
+                      f"{m['push_cpu_us']:.1f}", f"{m['pop_cpu_us']:.1f}",
+                      f"{m['push_server_us']:.1f}", f"{m['usec_per_msg']:.1f}")
+    table.add_row("ratio 8/1", f"{med[8]['push_rate'] / med[1]['push_rate']:.2f}x",
+                  f"{med[8]['pop_rate'] / med[1]['pop_rate']:.2f}x", "", "", "", "")
+    console.print(table)
+
+
+def three_primaries(messages: int, console: Console) -> None:
+    with cluster(primaries=3, replicas_per_primary=0) as topology:
+        admins = [s.client() for s in topology.servers()]
+        client = topology.client()
+        with RedisQueues(client, client, key_prefix="pbench", unack_handler_interval_ms=0,
+                         shard_supplier=SingleShardSupplier("a")) as queues:
+            rows = {c: _run(queues, c, messages, admins) for c in (1, 12)}
+        client.close()
+        ports = [s.port for s in topology.servers()]
+        for a in admins:
+            a.close()
+    table = Table(title=f"3 primaries: each primary's share of the server time "
+                        f"(batched push + pop + ack of {messages:,} messages)")
+    for col in ("partitions", *(f"primary :{p}" for p in ports), "server µs/msg",
+                "push msg/s", "pop+ack msg/s"):
+        table.add_column(col, justify="right")
+    for c, r in rows.items():
+        total = sum(r["usec"]) or 1.0
+        table.add_row(str(c), *(f"{u / total:.2f} ({u / messages:.1f} µs/msg)"
+                                for u in r["usec"]),
+                      f"{r['usec_per_msg']:.1f}", f"{r['push_rate']:,.0f}",
+                      f"{r['pop_rate']:,.0f}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    console = Console()
+    one_server(args.rounds, args.messages, console)
+    three_primaries(args.messages, console)
+
+
+if __name__ == "__main__":
+    main()
