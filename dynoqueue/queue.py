@@ -721,4 +721,5 @@ class DynoQueue(QueueBase):
         does, if a builder made them). Mirrors ``close``.
         """
         self._core.closed = True
-        self._driver.close_doorbell(self._core)
+        for core in self._bell_cores():
+            self._driver.close_doorbell(core)

@@ -181,7 +181,8 @@ class RedisQueues(QueuesBase[DynoQueue]):
         queues = self.queues()
         owned = self._detach()
         for queue in queues:
-            self._driver.close_doorbell(queue._core, max(0.1, ends_at - time.monotonic()))
+            for core in queue._bell_cores():
+                self._driver.close_doorbell(core, max(0.1, ends_at - time.monotonic()))
         self._driver.release()
         for client in owned:
             client.close()

@@ -9,6 +9,7 @@ reads what happened in worker processes it killed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -113,19 +114,30 @@ class Event:
 class Setup:
     """One test's queue (fresh key prefix), its admin client, and its event list."""
 
-    def __init__(self, server: RedisServer, kind: str, tmp_path: Path) -> None:
+    def __init__(self, server: RedisServer, kind: str, tmp_path: Path,
+                 partitions: int = 1) -> None:
         self.server = server
         self.kind = kind
+        #: Every queue of the test gets this many partitions (the worker processes are given
+        #: no policy: they find the partitions in the one stored).
+        self.partitions = partitions
+        #: The policy the test gave its queue (an in-process asyncio Worker's queue gets it).
+        self.policy = QueuePolicy(partitions=partitions) if partitions > 1 else None
         self.tmp_path = tmp_path
         self.prefix = f"wk{uuid.uuid4().hex[:8]}"
         self.name = "jobs"
         self.events_key = f"{self.prefix}-events"
-        self.queues = RedisQueues.from_url(server.url, key_prefix=self.prefix,
-                                           unack_handler_interval_ms=0)
+        self.queues = RedisQueues.from_url(
+            server.url, key_prefix=self.prefix, unack_handler_interval_ms=0,
+            policy=QueuePolicy(partitions=partitions) if partitions > 1 else None)
         self.client = redis.Redis.from_url(server.url)
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def queue(self, policy: QueuePolicy | None = None) -> Any:
+        if self.partitions > 1 and policy is not None:
+            policy = dataclasses.replace(policy, partitions=self.partitions)
+        if policy is not None:
+            self.policy = policy
         return self.queues.get(self.name, policy)
 
     def push(self, specs: dict[str, dict[str, Any]], policy: QueuePolicy | None = None) -> None:
@@ -166,10 +178,32 @@ class Setup:
         self.client.close()
 
 
-@pytest.fixture(params=KINDS)
+#: The tests that run on a partitioned queue too (the Worker over several partitions: claims
+#: rotating over them, acks and retries routed, a worker process finding the partitions).
+ON_PARTITIONS = frozenset({
+    "test_sigkill_mid_handler_every_message_redelivered_and_acked_by_another",
+    "test_sigterm_busy_worker_finishes_in_flight_and_gives_back_the_rest",
+    "test_always_failing_handler_gets_max_deliveries_with_backoff_then_one_dead_letter",
+    "test_retry_and_dead_letter_now", "test_hooks_see_every_outcome",
+    "test_a_worker_that_lost_its_lease_leaves_the_new_holder_alone",
+    "test_an_idle_worker_takes_a_message_within_ms_of_it_falling_due"})
+#: The partitions of the partitioned runs.
+PARTITIONS = 4
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "setup" in metafunc.fixturenames:
+        layouts = [1, PARTITIONS] if metafunc.definition.originalname in ON_PARTITIONS else [1]
+        metafunc.parametrize("setup", [
+            pytest.param((kind, n), id=kind if n == 1 else f"{kind}-{n}-partitions")
+            for n in layouts for kind in KINDS], indirect=True)
+
+
+@pytest.fixture
 def setup(request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path: Path,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
-    s = Setup(redis_server, request.param, tmp_path)
+    kind, partitions = request.param
+    s = Setup(redis_server, kind, tmp_path, partitions)
     monkeypatch.setenv("WK_EVENTS_URL", redis_server.url)  # for in-process workers
     monkeypatch.setenv("WK_EVENTS_KEY", s.events_key)
     monkeypatch.setenv("WK_HANG", "0")
@@ -220,7 +254,8 @@ class InProcess:
         async with AsyncRedisQueues.from_url(self.setup.server.url,
                                              key_prefix=self.setup.prefix,
                                              unack_handler_interval_ms=0) as queues:
-            self.worker = AsyncWorker(queues.get(self.setup.name), ahandler, **self.settings)
+            self.worker = AsyncWorker(queues.get(self.setup.name, self.setup.policy), ahandler,
+                                      **self.settings)
             self.ready.set()
             await self.worker.run()
 

@@ -196,7 +196,8 @@ class DynoQueue(QueueBase):
     async def close(self) -> None:
         """See :meth:`dynoqueue.DynoQueue.close`."""
         self._core.closed = True
-        await self._driver.close_doorbell(self._core)
+        for core in self._bell_cores():
+            await self._driver.close_doorbell(core)
 
 
 def _copy_docs() -> None:

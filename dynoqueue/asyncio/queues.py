@@ -97,7 +97,8 @@ class RedisQueues(QueuesBase[DynoQueue]):
         queues = self.queues()
         owned = self._detach()
         for queue in queues:
-            await self._driver.close_doorbell(queue._core, max(0.1, ends_at - time.monotonic()))
+            for core in queue._bell_cores():
+                await self._driver.close_doorbell(core, max(0.1, ends_at - time.monotonic()))
         await self._driver.aclose()
         for client in owned:
             await client.aclose()

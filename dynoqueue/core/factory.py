@@ -58,6 +58,12 @@ class QueueBase:
         """Run this façade's calls on ``core`` (the layout its Discovering core found)."""
         self._core = cast(QueueCore, core)
 
+    def _bell_cores(self) -> list[Any]:
+        """The cores whose doorbells a close stops (a Discovering core may have served calls
+        through two)."""
+        core: Any = self._core
+        return core.cores() if isinstance(core, Discovering) else [core]
+
     @property
     def closed(self) -> bool:
         """True once :meth:`close` (or the factory's close) was called."""

@@ -5,6 +5,7 @@ the queue's stored policy names, found at its first call (:class:`Discovering`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,6 +19,9 @@ from .requests import QUORUM, Command, Op, Sleep
 
 #: What serves a queue once its layout is known.
 Core = QueueCore | PartitionedCore
+#: How long a queue with no stored policy is served as one partition before its policy is read
+#: again (a process given no policy meets partitions stored later within this time), s.
+RECHECK_S = 1.0
 #: How often a first call waiting for another's policy lookup checks whether it is done, s.
 LOOKUP_POLL_S = 0.002
 #: What the factory sets on a core after making it; a core found later gets the same.
@@ -54,22 +58,27 @@ def open_core(name: str, settings: QueueSettings, *, quorum_cluster: bool, repli
 
 
 class Discovering:
-    """The core of a queue whose process was given no policy, until its first call reads the
-    stored one: a queue stored with partitions gets a PartitionedCore, any other the one-
-    partition core. Then ``on_found(core)`` is told (the façade and the factory hold that core
-    from then on, so later calls pay nothing) and the call runs on it.
+    """The core of a queue whose process was given no policy, until a call reads the stored
+    one: a queue stored with partitions gets a PartitionedCore, one stored with one partition
+    the one-partition core. Then ``on_found(core)`` is told (the façade and the factory hold
+    that core from then on, so later calls pay nothing) and the call runs on it.
 
-    Until then attributes are the one-partition core's, and what is set is set on it (and
-    copied to a PartitionedCore made later). A queue stored unpartitioned stays so for this
-    process, even if another process later stores a partitioned policy for the name: give
-    every process the policy (docs/deployments.md, "Scaling one queue").
+    A queue with no policy stored yet (new, or only ever used by processes given none) is
+    served by the one-partition core meanwhile, and its policy is read again at most every
+    :data:`RECHECK_S` seconds: a consumer started before the first producer of a partitioned
+    queue finds the partitions within that time. Attributes are the one-partition core's until
+    the layout is known, and what is set is set on it (and copied to a PartitionedCore made
+    later).
     """
 
     _plain: QueueCore
     _partitioned: Callable[[QueuePolicy], PartitionedCore]
-    #: The core the stored policy named (None until the first call has read it).
+    #: The core the stored policy named (None until a call has read one).
     found: Core | None
+    #: A call is reading the stored policy (the others wait for it).
     looking: bool
+    #: When the policy is read again while none is stored (time.monotonic()).
+    recheck_at: float
     on_found: Callable[[Core], None]
 
     def __init__(self, plain: QueueCore,
@@ -77,16 +86,16 @@ class Discovering:
         object.__setattr__(self, "_plain", plain)
         object.__setattr__(self, "_partitioned", partitioned)
         object.__setattr__(self, "found", None)
-        #: A first call is reading the stored policy (the others wait for it).
         object.__setattr__(self, "looking", False)
+        object.__setattr__(self, "recheck_at", 0.0)
         #: Told the core once the layout is known.
         object.__setattr__(self, "on_found", lambda core: None)
 
     def __getattr__(self, name: str) -> Any:
         core = self.found or self._plain
-        if name in _OPERATIONS and self.found is None:
+        if name in _OPERATIONS and self.found is None and time.monotonic() >= self.recheck_at:
             return lambda *args, **kwargs: self._after_lookup(name, args, kwargs)
-        return getattr(core, name)
+        return getattr(core, name)  # known, or none stored a moment ago: no layer of ours
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "on_found":
@@ -99,25 +108,40 @@ class Discovering:
     def __repr__(self) -> str:
         return repr(self.found or self._plain)
 
+    def cores(self) -> list[Core]:
+        """The cores that may have served this queue's calls (each may hold a doorbell to
+        close): the one-partition core, and the core found, if another."""
+        found = self.found
+        return [self._plain] if found is None or found is self._plain else [self._plain, found]
+
     def push_call(self, messages: Iterable[Message],
                   if_exists: str = "replace") -> tuple[list[Message], Command | None]:
         if self.found is not None:
             return self.found.push_call(messages, if_exists)
+        if time.monotonic() < self.recheck_at:  # none stored, read a moment ago
+            return self._plain.push_call(messages, if_exists)
         batch = self._plain._push_batch(messages, if_exists)
         self._plain._check_open()
         return batch, None
+
+    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
+        return (self.found or self._plain).pushed(batch, reply)
 
     def _after_lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op[Any]:
         core = yield from self.lookup(name)
         return (yield from getattr(core, name)(*args, **kwargs))
 
     def lookup(self, operation: str) -> Op[Core]:
-        """Read the stored policy; the core it names (made once). Concurrent first calls
-        (200 waiting pops started together) wait for the one lookup under way instead of each
-        sending its own: a burst of them on a fresh asyncio Cluster client broke its
+        """The core the stored policy names: read it unless known (or none was stored a moment
+        ago). Concurrent calls wait for the one read under way instead of each sending its
+        own: a burst of 200 first pops on a fresh asyncio Cluster client broke its
         connections."""
         plain: QueueCore = self._plain
         plain._check_attached()
+        if self.found is not None:
+            return self.found
+        if time.monotonic() < self.recheck_at:
+            return plain
         key = plain.keys.policy
         core: Core = yield from guarded(operation, key, self._look_up(key))
         return core
@@ -127,17 +151,22 @@ class Discovering:
             yield Sleep(LOOKUP_POLL_S)
         if self.found is not None:
             return self.found
+        plain = self._plain
+        if time.monotonic() < self.recheck_at:  # another call has just read it
+            return plain
         object.__setattr__(self, "looking", True)
         try:
-            raw = yield from self._plain.sender.command(QUORUM, "GET", key)
+            raw = yield from plain.sender.command(QUORUM, "GET", key)
         finally:
             object.__setattr__(self, "looking", False)
         if self.found is not None:  # a concurrent first call found it meanwhile
             return self.found
-        plain = self._plain
-        stored = None if raw is None else QueuePolicy.from_json(raw)
+        if raw is None:
+            object.__setattr__(self, "recheck_at", time.monotonic() + RECHECK_S)
+            return plain
+        stored = QueuePolicy.from_json(raw)
         core: Core = plain
-        if stored is not None and stored.partitions > 1:
+        if stored.partitions > 1:
             core = self._partitioned(stored)
             for attr in _WIRED:
                 setattr(core, attr, getattr(plain, attr))
