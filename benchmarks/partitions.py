@@ -9,6 +9,9 @@ how they spread the load over a cluster's primaries, ratios in one run.
 * **Load spreads** (3 primaries, no replicas): the same workload with ``partitions=1`` and
   ``12``; each primary's share of the server time (``INFO commandstats`` usec), and the server
   usec and round trips per message, the figures docs/benchmarks.md projects from.
+* **Backlog grows** (3 primaries of 24 MB each, noeviction): messages acknowledged before the
+  first out-of-memory error, ``partitions=1`` vs ``12``, and how many are found afterwards
+  (none of the acknowledged may be lost).
 
 Every figure is printed per primary, so anyone with a bigger machine can check the model.
 """
@@ -28,6 +31,7 @@ from rich.table import Table
 
 from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import RedisServer, cluster
+from dynoqueue.errors import RedisOperationError
 
 BATCH = 100
 
@@ -138,6 +142,47 @@ def three_primaries(messages: int, console: Console) -> None:
     console.print(table)
 
 
+def _fill(queues: RedisQueues, partitions: int) -> tuple[int, int, str]:
+    """Push batches until the first out-of-memory error; (messages acknowledged, messages
+    found afterwards, the error)."""
+    q = queues.get(f"backlog-{partitions}", QueuePolicy(partitions=partitions))
+    payload = "x" * 200
+    acked = 0
+    error = ""
+    while True:
+        try:
+            acked += len(q.push([Message(f"m{acked + i}", payload) for i in range(500)]))
+        except RedisOperationError as exc:
+            error = str(exc)
+            break
+    found = q.size()
+    q.clear()
+    return acked, found, error
+
+
+def backlog(console: Console, maxmemory_mb: int = 24) -> None:
+    """How many messages wait before the first typed out-of-memory error, on 3 primaries of
+    ``maxmemory_mb`` each (noeviction)."""
+    args = ["--maxmemory", f"{maxmemory_mb}mb", "--maxmemory-policy", "noeviction"]
+    rows = {}
+    for partitions in (1, 12):
+        with cluster(primaries=3, replicas_per_primary=0, extra_args=args) as topology:
+            client = topology.client()
+            with RedisQueues(client, client, key_prefix="pbench", unack_handler_interval_ms=0,
+                             shard_supplier=SingleShardSupplier("a")) as queues:
+                rows[partitions] = _fill(queues, partitions)
+            client.close()
+    table = Table(title=f"Backlog on 3 primaries of {maxmemory_mb} MB each (noeviction): "
+                        f"waiting messages (200-byte payloads) before the first out-of-memory "
+                        f"error")
+    for col in ("partitions", "acknowledged", "found after", "ratio to 1", "the error"):
+        table.add_column(col, justify="right")
+    for partitions, (acked, found, error) in rows.items():
+        table.add_row(str(partitions), f"{acked:,}", f"{found:,}",
+                      f"{acked / rows[1][0]:.2f}x", error[:60])
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -146,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     console = Console()
     one_server(args.rounds, args.messages, console)
     three_primaries(args.messages, console)
+    backlog(console)
 
 
 if __name__ == "__main__":

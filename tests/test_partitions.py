@@ -158,6 +158,20 @@ def test_a_process_given_no_policy_finds_the_partitions(factory: Any) -> None:
     assert other.info("m1").max_deliveries == 2
 
 
+def test_a_consumer_started_before_the_first_producer_finds_the_partitions(
+        factory: Any) -> None:
+    consumer = factory(shards=("a",)).get("late")  # no policy, none stored: one partition
+    assert consumer.pop(1) == []
+    producer = factory(shards=("a",)).get("late", QueuePolicy(partitions=4))
+    producer.push([Message(f"m{i}", "x") for i in range(8)])
+    started = time.monotonic()
+    got: list[Message] = []
+    while len(got) < 8 and time.monotonic() - started < 10:
+        got += consumer.pop(8, wait_ms=500)
+    assert sorted(m.id for m in got) == [f"m{i}" for i in range(8)]
+    assert "partitions=4" in repr(consumer)  # within the policy's re-read (1 s), not never
+
+
 @pytest.mark.parametrize("count", [1, 8])
 def test_a_process_given_another_count_is_refused(factory: Any, count: int) -> None:
     factory().get("fixed", QueuePolicy(partitions=4)).push([Message("m")])

@@ -14,7 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
@@ -26,6 +36,16 @@ from .thread_doorbell import ThreadDoorbell
 
 T = TypeVar("T")
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
+#: Errors after which a batched Cluster command is sent again through the client's routing.
+_REROUTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError,
+             RedisTimeoutError)
+
+
+def _key_of(args: Sequence[Any]) -> Any:
+    """The key a command is routed by: a script call's first key, else its first argument."""
+    if args[0] in _SCRIPT_CALLS:
+        return args[3]
+    return args[1]
 class SyncDriver:
     """Answers core requests with a quorum and a read client (redis.Redis or RedisCluster).
 
@@ -171,24 +191,81 @@ class SyncDriver:
     def _batch(self, request: rq.Batch) -> list[tuple[Any, BaseException | None]]:
         client = self._clients[request.role]
         if request.role in self._pinnable:
-            return self._pinned_batch(self._pin(request.role, client), request.commands)
+            pin = self._pin(request.role, client)
+            return self._receive(pin, request.commands, self._send_batch(pin, request.commands))
+        if common.slot_map(client) is not None:
+            return self._cluster_batch(request.role, client, request.commands)
         pipe = common.filled_pipeline(client, [command.args for command in request.commands])
         return common.outcomes(pipe.execute(raise_on_error=False))
 
+    def _cluster_batch(self, role: str, client: Any, commands: list[rq.Command]
+                       ) -> list[tuple[Any, BaseException | None]]:
+        """``commands`` grouped by the primary that owns each one's key, each group written
+        on this thread's pinned connection to that node, every group sent before any reply is
+        read (so the nodes work at once); a command that meets MOVED, ASK or a lost node is
+        sent again on its own through the client's routing, which follows the cluster.
+        redis-py's ClusterPipeline costs ~3x the client CPU (a 12-partition push ran at a
+        third of a one-partition push's rate)."""
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, command in enumerate(commands):
+            node = client.get_node_from_key(_key_of(command.args))
+            group = groups.get(node.name)
+            if group is None:
+                group = groups[node.name] = (node, [])
+            group[1].append(i)
+        out: list[tuple[Any, BaseException | None]] = [(None, None)] * len(commands)
+        sent = []
+        for name, (node, indices) in groups.items():
+            pin = self._pin(f"{role}@{name}", client.get_redis_connection(node))
+            mine = [commands[i] for i in indices]
+            try:
+                sent.append((pin, mine, indices, self._send_batch(pin, mine)))
+            except Exception as exc:  # that node is lost: its commands are re-routed below
+                for i in indices:
+                    out[i] = (None, common.typed(exc))
+        for pin, mine, indices, packed in sent:
+            try:
+                replies = self._receive(pin, mine, packed)
+            except Exception as exc:
+                replies = [(None, common.typed(exc))] * len(mine)
+            for i, reply in zip(indices, replies, strict=True):
+                out[i] = reply
+        for i, (_, error) in enumerate(out):
+            if error is not None and isinstance(error, _REROUTED):
+                try:
+                    out[i] = (client.execute_command(*commands[i].args), None)
+                except Exception as exc:
+                    out[i] = (None, common.typed(exc))
+        return out
+
     @staticmethod
-    def _pinned_batch(pin: Pin, commands: list[rq.Command]
-                      ) -> list[tuple[Any, BaseException | None]]:
-        """``commands`` in one write on this thread's pinned connection, encoded as its script
-        calls are (kept heads, hiredis), then their replies read in order: redis-py's own
-        pipeline checks every argument in Python, which cost a partitioned push twice the
-        client CPU of a one-partition push."""
-        # One buffer, one send (redis-py sends each part of a list on its own).
+    def _send_batch(pin: Pin, commands: list[rq.Command]) -> list[bytes]:
+        """Write ``commands`` on ``pin``'s connection, encoded as its script calls are (kept
+        heads, hiredis), in one buffer and one send; what was sent (for a retry)."""
         packed = [b"".join(part for command in commands
                            for part in pin.packed(command.args, command.head))]
+        try:
+            pin.conn.send_packed_command(packed, check_health=False)
+        except Exception:
+            with contextlib.suppress(Exception):
+                pin.conn.disconnect()
+            raise
+        return packed
+
+    @staticmethod
+    def _receive(pin: Pin, commands: list[rq.Command], packed: list[bytes]
+                 ) -> list[tuple[Any, BaseException | None]]:
+        """The replies of ``commands`` sent by :meth:`_send_batch`, in order: redis-py's own
+        pipeline checks every argument in Python, which cost a partitioned push twice the
+        client CPU of a one-partition push. A lost connection sends them again (the
+        connection's Retry; batched commands are writes that may be repeated, and reads)."""
         conn = pin.conn
+        first = [True]
 
         def round_trip() -> list[tuple[Any, BaseException | None]]:
-            conn.send_packed_command(packed, check_health=False)
+            if not first[0]:
+                conn.send_packed_command(packed, check_health=False)
+            first[0] = False
             out: list[tuple[Any, BaseException | None]] = []
             for _ in commands:
                 try:
