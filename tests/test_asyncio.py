@@ -40,9 +40,16 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_a_cancelled_waiting_pop_puts_back_what_it_leased(redis_server, prefix) -> None:
+@pytest.fixture(params=[1, 4], ids=["one-partition", "4-partitions"])
+def layout(request: pytest.FixtureRequest) -> QueuePolicy | None:
+    """The factory policy of the tests that run on a partitioned queue too (their
+    cancellations, closes and waiting pops go over every partition)."""
+    return QueuePolicy(partitions=request.param) if request.param > 1 else None
+
+
+def test_a_cancelled_waiting_pop_puts_back_what_it_leased(redis_server, prefix, layout) -> None:
     async def scenario() -> None:
-        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                         unack_handler_interval_ms=0,
                                         unack_timeout_ms=60_000) as queues:
             q = queues.get(unique())
@@ -57,9 +64,9 @@ def test_a_cancelled_waiting_pop_puts_back_what_it_leased(redis_server, prefix) 
 
 
 def test_task_cancel_of_a_waiting_pop_raises_cancelled_and_strands_nothing(
-        redis_server, prefix) -> None:
+        redis_server, prefix, layout) -> None:
     async def scenario() -> None:
-        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                         unack_handler_interval_ms=0) as queues:
             q = queues.get(unique())
             await q.push([Message("only")])
@@ -73,9 +80,10 @@ def test_task_cancel_of_a_waiting_pop_raises_cancelled_and_strands_nothing(
     run(scenario())
 
 
-def test_many_waiting_pops_share_one_pool_without_blocking_the_loop(redis_server, prefix) -> None:
+def test_many_waiting_pops_share_one_pool_without_blocking_the_loop(redis_server, prefix,
+                                                                 layout) -> None:
     async def scenario() -> None:
-        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+        async with RedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                         unack_handler_interval_ms=0) as queues:
             q = queues.get(unique())
             ticks = 0
@@ -231,9 +239,10 @@ def test_cancelled_pushes_neither_lose_nor_stall_the_pushes_joined_with_them(
     run(scenario())
 
 
-def test_close_while_pops_wait_returns_them_and_acks_still_work(redis_server, prefix) -> None:
+def test_close_while_pops_wait_returns_them_and_acks_still_work(redis_server, prefix,
+                                                                 layout) -> None:
     async def scenario() -> None:
-        queues = RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+        queues = RedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                       unack_handler_interval_ms=0)
         q = queues.get(unique())
         await q.push([Message("in-hand")])
@@ -275,15 +284,15 @@ def test_the_reprocessor_task_survives_redis_errors(redis_server, prefix, caplog
     assert "unack processing failed for queue broken" in caplog.text
 
 
-def test_sync_and_async_clients_share_a_queue(redis_server, prefix) -> None:
+def test_sync_and_async_clients_share_a_queue(redis_server, prefix, layout) -> None:
     name = unique()
-    with SyncRedisQueues.from_url(redis_server.url, key_prefix=prefix,
+    with SyncRedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                   unack_handler_interval_ms=0) as sync_queues:
         sync_q = sync_queues.get(name)
         sync_q.push([Message("from-sync", "s", priority=3)])
 
         async def scenario() -> None:
-            async with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+            async with RedisQueues.from_url(redis_server.url, key_prefix=prefix, policy=layout,
                                             unack_handler_interval_ms=0) as queues:
                 q = queues.get(name)
                 (m,) = await q.pop(1)
@@ -402,7 +411,8 @@ def test_every_call_works_without_hiredis_packing(redis_server, prefix, monkeypa
 
 
 @pytest.mark.deployments("single", "cluster")
-@pytest.mark.parametrize("policy", [None, QueuePolicy(max_deliveries=5)], ids=["plain", "policy"])
+@pytest.mark.parametrize("policy", [None, QueuePolicy(max_deliveries=5), QueuePolicy(partitions=4)],
+                         ids=["plain", "policy", "4-partitions"])
 def test_200_waiting_pops_get_every_message_and_close_releases_them(deployment, prefix,
                                                                      policy) -> None:
     """A waiting pop needs no connection of its own while it waits: 200 of them on one queue
