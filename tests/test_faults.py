@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +18,17 @@ import time
 import uuid
 
 import pytest
+from redis.crc import key_slot
 
-from dynoqueue import DynoQueue, DynoQueueError, Message, RedisQueues
-from dynoqueue.embedded import ClusterTopology, RedisServer, SentinelRing, dynomite
+from dynoqueue import DynoQueue, DynoQueueError, Message, QueuePolicy, RedisQueues
+from dynoqueue.embedded import (
+    ClusterTopology,
+    RedisServer,
+    SentinelRing,
+    dynomite,
+    find_redis_server,
+)
+from dynoqueue.embedded.ports import _free_cluster_port
 
 from .deployments import NEEDS_DYNOMITE, ZONES, Deployment, rack_contents
 from .faults import MAX_KEPT_ERRORS, Ledger, run_under_fault
@@ -200,6 +209,99 @@ def test_cluster_write_after_a_manual_failover_follows_moved() -> None:
             time.sleep(0.1)
         q.push([Message("after")])  # first reaches the old owner, now a replica: MOVED
         assert q.contains("before") and q.contains("after")
+
+
+def _cli(cli: str, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``redis-cli --cluster command args --cluster-yes``, its output captured."""
+    return subprocess.run([cli, "--cluster", command, *args, "--cluster-yes"],
+                          capture_output=True, text=True, timeout=240, check=False)
+
+
+def _cluster_info_has(server: RedisServer, line: str) -> bool:
+    """Whether ``server``'s CLUSTER INFO has ``line`` (e.g. ``cluster_state:ok``)."""
+    with server.client() as admin:
+        return line.encode() in admin.execute_command("CLUSTER", "INFO")
+
+
+def _redis_cli() -> str | None:
+    """redis-cli: beside the redis-server the tests run, or on PATH (None: neither)."""
+    beside = os.path.join(os.path.dirname(find_redis_server()), "redis-cli")
+    return beside if os.access(beside, os.X_OK) else shutil.which("redis-cli")
+
+
+@pytest.mark.skipif(_redis_cli() is None, reason="resharding: no redis-cli beside redis-server "
+                    "or on PATH (Debian: apt-get install redis-tools)")
+def test_resharding_a_partitioned_queue_under_load_loses_nothing() -> None:
+    """A 12-partition queue on 3 primaries under load; a 4th primary joins and redis-cli's
+    rebalance moves a quarter of the slots to it (CLUSTER SETSLOT + MIGRATE, key by key) while
+    producers and consumers run: nothing acknowledged is lost, nothing is delivered early, and
+    calls ride over ASK, MOVED and TRYAGAIN with typed errors at worst."""
+    cli = _redis_cli()
+    assert cli is not None
+    ledger = Ledger("cluster reshard, 12 partitions")
+    node_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "1000", "--cluster-announce-ip", "127.0.0.1"]
+    with ClusterTopology(3, 0, node_timeout_ms=1000) as topology, \
+            RedisServer(port=_free_cluster_port(), extra_args=node_args) as joining:
+        prefix = f"f{uuid.uuid4().hex[:8]}"
+        factories = [RedisQueues.from_url(topology.url, key_prefix=prefix,
+                                          policy=QueuePolicy(partitions=12),
+                                          unack_timeout_ms=LEASE_MS,
+                                          unack_handler_interval_ms=REPROCESS_MS)
+                     for _ in range(2)]
+        seed = f"127.0.0.1:{topology.primaries[0].port}"
+        moved: list[int] = []
+        try:
+            queues = [f.get("load") for f in factories]
+            tags = [part.keys.message_hash for part in queues[0]._core.parts]
+
+            def reshard() -> None:
+                subprocess.run([cli, "--cluster", "add-node", f"127.0.0.1:{joining.port}", seed],
+                               check=True, capture_output=True, timeout=60)
+                deadline = time.monotonic() + 30
+                while not all(_cluster_info_has(n, "cluster_known_nodes:4")
+                              for n in topology.primaries):
+                    assert time.monotonic() < deadline, "the new node was not met"
+                    time.sleep(0.1)
+                # redis-cli refuses to rebalance until every node agrees on the config, and a
+                # MIGRATE to a node that still sees the cluster down fails (CLUSTERDOWN).
+                while _cli(cli, "check", seed).returncode != 0 or not all(
+                        _cluster_info_has(n, "cluster_state:ok")
+                        for n in (*topology.primaries, joining)):
+                    assert time.monotonic() < deadline, "the cluster did not agree"
+                    time.sleep(0.2)
+                for _ in range(3):
+                    run = _cli(cli, "rebalance", seed, "--cluster-use-empty-masters")
+                    if run.returncode == 0:
+                        break
+                    # An interrupted rebalance leaves a slot open: fix closes it, then again.
+                    print(f"rebalance failed, fixing: {run.stdout[-400:]!r} {run.stderr!r}")
+                    _cli(cli, "fix", seed)
+                else:
+                    raise AssertionError(f"rebalance failed 3 times: {run.stdout[-800:]!r}")
+                moved.extend(i for i, key in enumerate(tags)
+                             if topology_owner(key) == joining.port)
+
+            def topology_owner(key: str) -> int:
+                slot = key_slot(key.encode())
+                with joining.client() as admin:
+                    for start, end, *nodes in admin.execute_command("CLUSTER", "SLOTS"):
+                        if start <= slot <= end:
+                            return int(nodes[0][1])
+                return -1
+
+            run_under_fault(ledger, queues, queues, reshard, after_s=3.0)
+        finally:
+            for f in factories:
+                f.close()
+    print("\n" + ledger.row())
+    print(f"{len(moved)} of 12 partitions moved to the new primary; {ledger.failures} calls "
+          f"failed (typed) meanwhile")
+    assert moved, "no partition moved to the new primary"
+    assert not ledger.lost, sorted(ledger.lost)[:10]
+    assert ledger.early == 0
+    assert not ledger.untyped_errors(), ledger.untyped_errors()[:3]
+    assert len(ledger.acknowledged) > 100
 
 
 @NEEDS_DYNOMITE
