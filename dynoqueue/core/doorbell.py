@@ -1,7 +1,10 @@
 """The doorbell: wakes waiting pops when a shard gets a message due earlier than any before.
 
 Scripts that add to a shard's queue zset PUBLISH on a channel named like that zset when the new
-score is below the shard's previous earliest score (or the shard was empty). One listener per
+score is below the shard's previous earliest score (or the shard was empty). On Redis Cluster
+they SPUBLISH and the listener SSUBSCRIBEs (sharded pub/sub, Redis 7+): a ring reaches the
+nodes of the channel's slot, the same slot as the zset, instead of every node over the cluster
+bus; a server without them falls back to PUBLISH and SUBSCRIBE. One listener per
 queue (a thread in the sync API, a task in the asyncio API) holds a pub/sub subscription to the
 channels of all shards and counts rings per channel in :class:`Rings`; a waiting pop takes a
 ticket (the sum of its channels' counts) before it claims, then waits until the sum changes,
@@ -157,9 +160,11 @@ def listen(channels: Sequence[str], closed: Callable[[], bool]) -> ListenOp:
                 if message is None:
                     continue
                 kind = as_text(message["type"])
-                if kind == "message":
+                if kind in ("message", "smessage"):  # smessage: sharded pub/sub (Cluster)
                     yield Rang(as_text(message["channel"]))
-                elif kind == "subscribe":
+                elif kind == "sunsubscribe":  # its slot moved: the client re-subscribes
+                    yield Rang(None)  # at the new owner; rings may be missed meanwhile
+                elif kind in ("subscribe", "ssubscribe"):
                     confirmed += 1
                     if confirmed == len(channels):
                         listening = True

@@ -73,7 +73,7 @@ class Sender:
                  quorum_cluster: bool, replica_reads: bool) -> None:
         self.name = name
         self.settings = settings
-        self.scripts = scripts.load(settings.doorbell)
+        self.scripts = scripts.load(settings.doorbell, sharded=bool(settings.cluster))
         self.life_keys = life_keys
         self._life_heads: dict[str, tuple[Any, ...]] = {}  # see head
         self._quorum_cluster = quorum_cluster

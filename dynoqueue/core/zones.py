@@ -55,7 +55,8 @@ class ZoneWatch:
         self.orphaned: tuple[str, ...] = ()
         self._registered: set[str] = set()
         self._lock = threading.Lock()
-        self._script = scripts.load(settings.doorbell)["heartbeat"]
+        self._script = scripts.load(settings.doorbell, sharded=bool(settings.cluster))[
+            "heartbeat"]
 
     def registered(self, name: str) -> bool:
         """True once this process has added ``name`` to the registry."""

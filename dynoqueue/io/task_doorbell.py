@@ -8,11 +8,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
-from .common import DoorbellBase
+from .common import DoorbellBase, Sharded, lacks_sharded, sharded
 
 Handler = Callable[[Any], Awaitable[Any]]
 
@@ -77,18 +77,58 @@ class TaskDoorbell(DoorbellBase):
         await self._conn.initialize()
         pubsub = self._conn.pubsub()
         try:
+            if sharded(self._conn, pubsub):
+                try:
+                    await pubsub.ssubscribe(*request.channels)
+                    return self._read_nodes(Sharded(pubsub))
+                except ResponseError as exc:  # no SSUBSCRIBE (Redis < 7): plain pub/sub
+                    if not lacks_sharded(exc):
+                        raise
             await pubsub.subscribe(*request.channels)
         except BaseException:
             await self._unsubscribe(bell.Unsubscribe(pubsub))
             raise
         return pubsub
 
+    @staticmethod
+    def _read_nodes(handle: Sharded) -> Sharded:
+        """Start a reader task per node subscription, each putting what it reads (or the
+        error that ended it) on one queue that :meth:`_next` takes from."""
+        messages: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def read(node_pubsub: Any) -> None:
+            try:
+                while True:
+                    message = await node_pubsub.get_message(timeout=bell.LISTEN_TICK_S)
+                    if message is not None:
+                        messages.put_nowait(message)
+            except Exception as exc:  # handed to the listener, which subscribes again
+                messages.put_nowait(exc)
+
+        handle.messages = messages
+        handle.readers = [asyncio.ensure_future(read(p)) for p in handle.node_pubsubs()]
+        return handle
+
     async def _next(self, request: bell.NextMessage) -> Any:
-        return await request.handle.get_message(timeout=request.timeout_s)
+        handle = request.handle
+        if type(handle) is Sharded:
+            try:
+                item = await asyncio.wait_for(handle.messages.get(), request.timeout_s)
+            except TimeoutError:
+                return None
+            if isinstance(item, Exception):
+                raise item
+            return item
+        return await handle.get_message(timeout=request.timeout_s)
 
     async def _unsubscribe(self, request: bell.Unsubscribe) -> None:
+        handle = request.handle
+        if type(handle) is Sharded:
+            for reader in handle.readers:
+                reader.cancel()
+            await asyncio.gather(*handle.readers, return_exceptions=True)
         with contextlib.suppress(RedisError, RedisClusterException, OSError):
-            await request.handle.aclose()
+            await (handle.pubsub if type(handle) is Sharded else handle).aclose()
 
     async def _rang(self, request: bell.Rang) -> None:
         self.rings.bump(request.channel)

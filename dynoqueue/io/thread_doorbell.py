@@ -4,15 +4,17 @@ and a condition variable that waiting pops block on (:class:`ThreadDoorbell`).""
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
-from .common import DoorbellBase
+from .common import DoorbellBase, Sharded, lacks_sharded, sharded
 
 
 class ThreadDoorbell(DoorbellBase):
@@ -81,6 +83,13 @@ class ThreadDoorbell(DoorbellBase):
     def _subscribe(self, request: bell.Subscribe) -> Any:
         pubsub = self._conn.pubsub()
         try:
+            if sharded(self._conn, pubsub):
+                try:
+                    pubsub.ssubscribe(*request.channels)
+                    return Sharded(pubsub)
+                except ResponseError as exc:  # no SSUBSCRIBE (Redis < 7): plain pub/sub
+                    if not lacks_sharded(exc):
+                        raise
             pubsub.subscribe(*request.channels)
         except BaseException:
             self._unsubscribe(bell.Unsubscribe(pubsub))
@@ -88,11 +97,15 @@ class ThreadDoorbell(DoorbellBase):
         return pubsub
 
     def _next(self, request: bell.NextMessage) -> Any:
-        return request.handle.get_message(timeout=request.timeout_s)
+        handle = request.handle
+        if type(handle) is Sharded:
+            return _next_sharded(handle, request.timeout_s)
+        return handle.get_message(timeout=request.timeout_s)
 
     def _unsubscribe(self, request: bell.Unsubscribe) -> None:
+        handle = request.handle
         with contextlib.suppress(RedisError, RedisClusterException, OSError):
-            request.handle.close()
+            (handle.pubsub if type(handle) is Sharded else handle).close()
 
     def _rang(self, request: bell.Rang) -> None:
         with self._cond:
@@ -106,3 +119,20 @@ class ThreadDoorbell(DoorbellBase):
             self.rings.listening = request.value
             self.rings.denied = request.denied is not None
             self._cond.notify_all()
+
+
+def _next_sharded(handle: Sharded, timeout_s: float) -> Any:
+    """The next message of any node of a sharded subscription within ``timeout_s``: what the
+    nodes' connections already hold first (a non-blocking look at each), else whatever node's
+    socket becomes readable first (select), else None."""
+    message = handle.pubsub.get_sharded_message(timeout=0.0)
+    if message is not None:
+        return message
+    sockets = [sock for p in handle.node_pubsubs()
+               if p.connection is not None
+               and (sock := getattr(p.connection, "_sock", None)) is not None]
+    if not sockets:
+        time.sleep(timeout_s)
+        return None
+    readable, _, _ = select.select(sockets, [], [], timeout_s)
+    return handle.pubsub.get_sharded_message(timeout=0.0) if readable else None

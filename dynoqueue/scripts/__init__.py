@@ -51,6 +51,7 @@ READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "siz
                 "group_info")
 
 _DOORBELL_ON = "local DOORBELL = true"
+_UNSHARDED = "local SHARDED = false"
 #: A script's text before a line ``-- @prelude`` runs before the included helpers are made (a
 #: common case that needs none of them returns there, and saves making their closures); the
 #: helpers come in at that line, then the rest of the script.
@@ -279,13 +280,15 @@ def helpers(folder: Traversable, path: str, body: str) -> list[Definition]:
 
 
 @cache
-def source(name: str, doorbell: bool = True) -> str:
+def source(name: str, doorbell: bool = True, sharded: bool = False) -> str:
     """The full text of script ``name``: the helpers of its included ``lib/`` files that it
     uses, followed by the script's own text.
 
     Args:
         doorbell: ring the shard's pub/sub doorbell on changes; False for servers without
             pub/sub (Dynomite).
+        sharded: ring with SPUBLISH (Redis Cluster: sharded pub/sub, Redis 7+), falling back
+            to PUBLISH where the server lacks it.
 
     Raises:
         FileNotFoundError: there is no ``name.lua``, or it includes a file that does not exist.
@@ -303,15 +306,17 @@ def source(name: str, doorbell: bool = True) -> str:
         text = prelude + "\n" + body
     if not doorbell:
         text = text.replace(_DOORBELL_ON, "local DOORBELL = false")
+    if sharded:
+        text = text.replace(_UNSHARDED, "local SHARDED = true")
     return text
 
 
 @cache
-def load(doorbell: bool = True) -> dict[str, Script]:
-    """Every script by name, with its SHA1, for one doorbell setting."""
+def load(doorbell: bool = True, sharded: bool = False) -> dict[str, Script]:
+    """Every script by name, with its SHA1, for one doorbell setting (see :func:`source`)."""
     out = {}
     for name in WRITE_SCRIPTS + READ_SCRIPTS:
-        text = source(name, doorbell)
+        text = source(name, doorbell, sharded)
         sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
         out[name] = Script(name, text, sha)
     return out

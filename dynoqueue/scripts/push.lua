@@ -34,6 +34,13 @@
 --- @include "lib/records.lua"
 --- @include "lib/waiting.lua"
 local DOORBELL = true
+local SHARDED = false
+-- ring() of lib/doorbell.lua, which the fast path below runs before the helpers are made.
+local function ring_now(key)
+  if not SHARDED or type(redis.pcall('SPUBLISH', key, '1')) == 'table' then
+    redis.pcall('PUBLISH', key, '1')
+  end
+end
 local FAST_NOW, FOUND, LIVE, FAST = nil, nil, false, false
 if ARGV[2] ~= 'ensure' then
   local plain = true
@@ -85,7 +92,7 @@ if FAST then
       -- server and parsed again here). Unlike wait_in, a tie with the first score whose id
       -- sorts first rings too: at worst one extra wake-up.
       if DOORBELL and redis.call('ZRANK', key, id) == 0 then
-        redis.pcall('PUBLISH', key, '1')
+        ring_now(key)
       end
       return {now, 1}
     elseif keep then
@@ -133,7 +140,7 @@ if FAST then
         local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
         redis.call('ZADD', key, unpack(add))
         if DOORBELL and (not first or low[s] < tonumber(first)) then
-          redis.pcall('PUBLISH', key, '1')
+          ring_now(key)
         end
       end
       return out

@@ -5,7 +5,13 @@
 -- DOORBELL is switched off (text replaced at load) for servers without pub/sub, e.g. Dynomite.
 -- pcall: an ACL user without channel permission (Redis 7 gives new users none) gets an error
 -- from PUBLISH after the script's writes, which stay applied; a lost ring only delays pops.
+-- SHARDED (switched on at load for Redis Cluster): SPUBLISH, which reaches only the nodes of
+-- the channel's slot instead of the whole cluster bus; PUBLISH where the server lacks it.
 local DOORBELL = true
+local SHARDED = false
 local function ring(queue_key)
-  if DOORBELL then redis.pcall('PUBLISH', queue_key, '1') end
+  if not DOORBELL then return end
+  if not SHARDED or type(redis.pcall('SPUBLISH', queue_key, '1')) == 'table' then
+    redis.pcall('PUBLISH', queue_key, '1')
+  end
 end
