@@ -128,7 +128,12 @@ class Discovering:
         return (self.found or self._plain).pushed(batch, reply)
 
     def _after_lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op[Any]:
+        was_open = not (self._plain.closed or self._plain.detached)
         core = yield from self.lookup(name)
+        if name == "pop" and was_open and (core.closed or core.detached):
+            # Closed while this pop read the policy: released as a waiting pop is by close()
+            # (a slow first read on a Cluster left it short of its wait).
+            return []
         return (yield from getattr(core, name)(*args, **kwargs))
 
     def lookup(self, operation: str) -> Op[Core]:
