@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from zlib import crc32
 
-from ..errors import ConfigurationError, InvalidArgumentError, QueueClosedError
+from ..errors import ConfigurationError, InvalidArgumentError
 from ..model import validate
 from ..model.message import Message
 from ..model.partitions import partition_of, partition_tags
@@ -202,11 +202,11 @@ class PartitionedCore(WaitingPop):
         return [(self.parts[k], shares[k]) for k in sorted(shares)]
 
     @staticmethod
-    def _sum(operation: str, ops: list[Op[int]]) -> Op[int]:
+    def _sum(ops: list[Op[int]]) -> Op[int]:
         """The sum of ``ops``' results, run together (one round trip per step, not per op)."""
         return sum((yield from together(ops)))
 
-    def _each(self, operation: str, call: Callable[[QueueCore], Op[T]]) -> Op[list[T]]:
+    def _each(self, call: Callable[[QueueCore], Op[T]]) -> Op[list[T]]:
         """``call`` on every partition, run together; the replies in partition order."""
         return (yield from together([call(part) for part in self.parts]))
 
@@ -372,12 +372,11 @@ class PartitionedCore(WaitingPop):
 
     def ack_many(self, ids: Iterable[str | Message]) -> Op[int]:
         shares = self._split_pairs("ack_many", ids)
-        return self._checked_op("ack", self._sum("ack", [p.ack_pairs(s) for p, s in shares]))
+        return self._checked_op("ack", self._sum([p.ack_pairs(s) for p, s in shares]))
 
     def release(self, ids: Iterable[str | Message]) -> Op[int]:
         shares = self._split_pairs("release", ids)
-        return self._checked_op("release", self._sum(
-            "release", [p.release_pairs(s) for p, s in shares]))
+        return self._checked_op("release", self._sum([p.release_pairs(s) for p, s in shares]))
 
     def nack(self, id: str, delay_ms: int = 0, error: str | None = None,
              receipt: str | None = None) -> Op[bool]:
@@ -390,7 +389,7 @@ class PartitionedCore(WaitingPop):
         if error is not None:
             validate.text("error", error)
         return self._checked_op("nack", self._sum(
-            "nack", [p.nack_pairs(s, delay_ms, error) for p, s in shares]))
+            [p.nack_pairs(s, delay_ms, error) for p, s in shares]))
 
     def set_lease(self, operation: str, id: str, timeout_ms: int, *,
                   only_if_shorter: bool, receipt: str | None = None) -> Op[bool]:
@@ -401,7 +400,7 @@ class PartitionedCore(WaitingPop):
         shares = self._split_pairs("set_unack_timeout_many", ids)
         validate.ms("timeout_ms", timeout_ms)
         return self._checked_op("set_unack_timeout_many", self._sum(
-            "set_unack_timeout_many", [p.set_lease_pairs(s, timeout_ms) for p, s in shares]))
+            [p.set_lease_pairs(s, timeout_ms) for p, s in shares]))
 
     def dead_letter(self, id: str, reason: str, error: str | None = None,
                     receipt: str | None = None) -> Op[bool]:
@@ -426,7 +425,7 @@ class PartitionedCore(WaitingPop):
         return self._checked_op(operation, self._peek(operation, all_shards, count))
 
     def _peek(self, operation: str, all_shards: bool, count: int) -> Op[list[Message]]:
-        lists = yield from self._each(operation, lambda p: p.peek(operation, all_shards, count))
+        lists = yield from self._each(lambda p: p.peek(operation, all_shards, count))
         merged = [m for row in itertools.zip_longest(*lists) for m in row if m is not None]
         return merged[:count]
 
@@ -437,11 +436,10 @@ class PartitionedCore(WaitingPop):
         return self._one(operation, id, lambda part: part.get(operation, id, local))
 
     def get_all_messages(self) -> Op[list[Message]]:
-        return self._checked_op("get_all_messages", self._concat(
-            "get_all_messages", lambda p: p.get_all_messages()))
+        return self._checked_op("get_all_messages", self._concat(lambda p: p.get_all_messages()))
 
-    def _concat(self, operation: str, call: Callable[[QueueCore], Op[list[T]]]) -> Op[list[T]]:
-        lists = yield from self._each(operation, call)
+    def _concat(self, call: Callable[[QueueCore], Op[list[T]]]) -> Op[list[T]]:
+        lists = yield from self._each(call)
         return [item for row in lists for item in row]
 
     def find_match(self, pattern: str, local_only: bool) -> Op[str | None]:
@@ -471,11 +469,11 @@ class PartitionedCore(WaitingPop):
 
     def partition_sizes(self) -> Op[list[dict[str, dict[str, int]]]]:
         """:meth:`shard_sizes` of each partition, in partition order."""
-        return (yield from self._each("shard_sizes", lambda p: p.shard_sizes()))
+        return (yield from self._each(lambda p: p.shard_sizes()))
 
     def find_stale_messages(self) -> Op[list[Message]]:
-        return self._checked_op("find_stale_messages", self._concat(
-            "find_stale_messages", lambda p: p.find_stale_messages()))
+        return self._checked_op("find_stale_messages",
+                                self._concat(lambda p: p.find_stale_messages()))
 
     def state(self, id: str) -> Op[MessageState | None]:
         return self._one("state", id, lambda part: part.state(id))
@@ -496,35 +494,33 @@ class PartitionedCore(WaitingPop):
     def _dead_letters(self, count: int) -> Op[list[DeadLetter]]:
         if count == 0:
             return []
-        lists = yield from self._each("dead_letters", lambda p: p.dead_letters(count))
+        lists = yield from self._each(lambda p: p.dead_letters(count))
         return list(heapq.merge(*lists, key=lambda d: d.died_at_ms))[:count]
 
     def dead_size(self) -> Op[int]:
-        return self._checked_op("dead_size", self._sum(
-            "dead_size", [p.dead_size() for p in self.parts]))
+        return self._checked_op("dead_size", self._sum([p.dead_size() for p in self.parts]))
 
     # ----------------------------------------------------------------------------- upkeep
 
     def process_unacks(self) -> Op[int]:
         return self._checked_op("process_unacks", self._sum(
-            "process_unacks", [p.process_unacks() for p in self.parts]))
+            [p.process_unacks() for p in self.parts]))
 
     def redrive(self, ids: Iterable[str] | None, delay_ms: int) -> Op[int]:
         validate.ms("delay_ms", delay_ms)
         if ids is None:
             return self._checked_op("redrive", self._sum(
-                "redrive", [p.redrive(None, delay_ms) for p in self.parts]))
+                [p.redrive(None, delay_ms) for p in self.parts]))
         chosen = [validate.message_id(i) for i in validate.listed(
             "redrive takes a list of ids (or None for all)", ids, single=(Message,))]
         shares: dict[int, list[str]] = {}
         for id in chosen:
             shares.setdefault(partition_of(id, self.count), []).append(id)
         return self._checked_op("redrive", self._sum(
-            "redrive", [self.parts[k].redrive(shares[k], delay_ms) for k in sorted(shares)]))
+            [self.parts[k].redrive(shares[k], delay_ms) for k in sorted(shares)]))
 
     def purge_dead(self) -> Op[int]:
-        return self._checked_op("purge_dead", self._sum(
-            "purge_dead", [p.purge_dead() for p in self.parts]))
+        return self._checked_op("purge_dead", self._sum([p.purge_dead() for p in self.parts]))
 
     def clear(self) -> Op[None]:
         """Clear every partition, then the one-partition keys (the stored policy, the
@@ -557,7 +553,3 @@ class PartitionedCore(WaitingPop):
             yield from part.set_policy(policy)
         self.policy, self._checked = policy, True
         return previous
-
-    def _check_open(self) -> None:
-        if self.closed or self.detached:
-            raise QueueClosedError(f"queue {self.name!r} is closed")
