@@ -228,7 +228,7 @@ def test_collector_equals_shard_sizes_and_camellia_buckets(queues: RedisQueues) 
         "sizeOf0To1min": 1, "sizeOf1minTo10min": 1, "sizeOf10minTo30min": 1,
         "sizeOf30minTo1hour": 1, "sizeOf1hourTo6hour": 1, "sizeOf6hourTo1day": 1,
         "sizeOf1dayTo7day": 1, "sizeOf7dayTo30day": 1, "sizeOf30dayToInfinite": 1}
-    assert cost.round_trips == 2  # TIME, then one pipeline
+    assert cost.round_trips == 2  # TIME and the policies, then one pipeline
 
     # The collector's exposition carries the same numbers under the documented names.
     registry = CollectorRegistry()
@@ -264,10 +264,10 @@ def test_scrape_of_100_queues_by_3_shards_costs_bounded_round_trips(
         assert all(s.total("waiting") == 3 for s in stats)
         scans = cost.round_trips - 2
         assert 1 <= scans <= 1 + int(probe.dbsize()) // 1000 + 1
-        assert cost.commands == scans + 1 + 100 * (1 + 3 * 13)
+        assert cost.commands == scans + 1 + 100 * (1 + 1 + 3 * 13)  # TIME, GET policy, ...
         # What Redis counted, beside the probe's own INFO (and a connection's HELLO).
         assert {k: v for k, v in sent.items() if v and k not in ("info", "hello")} == {
-            "scan": scans, "time": 1, "zcard": 100 * (1 + 3 * 2), "zrange": 100 * 3,
+            "scan": scans, "time": 1, "get": 100, "zcard": 100 * (1 + 3 * 2), "zrange": 100 * 3,
             "zcount": 100 * 3 * 10}
         print(f"\nscrape of 100 queues x 3 shards: {cost.round_trips} round trips "
               f"({scans} SCAN), {cost.commands} commands, {cost.seconds * 1000:.1f} ms")
@@ -345,7 +345,7 @@ def test_every_metric_name_is_in_the_docs_table() -> None:
     assert exposed == documented
 
 
-@pytest.mark.deployments("single", "cluster")
+@pytest.mark.deployments("single", "cluster", "partitioned")
 @pytest.mark.parametrize("api", ["sync", "async"], indirect=True)
 def test_queue_discovery_finds_a_queue_holding_only_dead_letters(deployment, prefix,
                                                                   api, bridge) -> None:

@@ -5,6 +5,7 @@ does not check: the shared "now" of a batch, the refusals, the spread over a clu
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -25,7 +26,9 @@ from dynoqueue import (
     SingleShardSupplier,
     StaticShardSupplier,
 )
+from dynoqueue.cli import main
 from dynoqueue.embedded import RedisServer
+from dynoqueue.metrics import read_stats
 from dynoqueue.model.keys import QueueKeys
 from dynoqueue.model.partitions import (
     MAX_PARTITIONS,
@@ -36,6 +39,7 @@ from dynoqueue.model.partitions import (
 )
 
 from .deployments import Deployment
+from .test_server import CAMELLIA, Served
 
 
 def _distance(a: int, b: int) -> int:
@@ -271,4 +275,50 @@ def test_twelve_partitions_put_a_third_of_the_queue_on_each_primary(
         assert len(got) == 3000 and q.ack_many(got) == 3000
     finally:
         raw.close()
+        queues.close()
+
+
+@pytest.mark.slow
+@pytest.mark.deployments("partitioned")
+def test_stats_ops_cli_and_serve_see_every_partition(
+        deployment: Deployment, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    queues = deployment.build(key_prefix=prefix, unack_handler_interval_ms=0)
+    try:
+        q = queues.get("layers")
+        q.push([Message(f"r{i}", "x") for i in range(40)]
+               + [Message(f"d{i}", "x", timeout=600_000) for i in range(10)])
+        leased = q.pop(6)
+        assert len(leased) == 6
+        for message in leased[:3]:
+            assert q.dead_letter(message.id, "poison")
+        (stats,) = read_stats(queues, ["layers"])
+        assert [p.partition for p in stats.partitions] == list(range(deployment.partitions))
+        assert all(p.total("waiting") for p in stats.partitions)  # 50 ids spread over 4
+        assert (stats.total("waiting"), stats.total("ready"), stats.total("delayed"),
+                stats.total("leased"), stats.dead) == (q.size(), 34, 10, 3, 3)
+        assert sum(p.dead for p in stats.partitions) == 3
+
+        argv = ["--url", deployment.url, "--prefix", prefix]
+        assert main(["stats", "layers", "--partitions", "--json", *argv]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert sorted({r["partition"] for r in rows}) == list(range(deployment.partitions))
+        assert sum(r["waiting"] for r in rows) == 44 and sum(r["leased"] for r in rows) == 3
+        assert main(["stats", "layers", "--json", *argv]) == 0
+        assert [r["waiting"] for r in json.loads(capsys.readouterr().out)] == [44]
+        assert main(["dead", "layers", "--json", *argv]) == 0
+        assert len(json.loads(capsys.readouterr().out)) == 3
+
+        served = Served(deployment.url, prefix=prefix)
+        try:
+            info = served.http.get(f"{CAMELLIA}/getTopicInfo", params={"topic": "layers"})
+            assert {k: v for k, v in info.json()["data"].items() if k.endswith("Size")} == {
+                "waitingQueueSize": 10, "readyQueueSize": 34, "ackQueueSize": 3}
+            served.camellia("sendMsg", topic="layers", msgId="via-http", msg="h", delayMillis=0)
+            assert q.get("via-http") is not None  # the server found the partitions
+            board = served.http.get("/api/queues").json()["queues"]
+            assert [(b["queue"], b["ready"], b["dead"]) for b in board] == [("layers", 35, 3)]
+        finally:
+            served.close()
+    finally:
         queues.close()

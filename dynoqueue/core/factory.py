@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack, cast
 
 from ..errors import ConfigurationError, QueueClosedError
-from ..model.keys import check_name, check_queue_name
+from ..model.keys import QueueKeys, check_name, check_queue_name
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
@@ -177,6 +177,18 @@ class QueuesBase(Generic[Q]):
                     core.on_found = queue._found
                 self._queues[queue_name] = queue
             return queue
+
+    def keys_of(self, queue_name: str) -> QueueKeys:
+        """The key names of queue ``queue_name`` under this factory's prefix and shards, in
+        its one-partition layout (a partitioned queue keeps its policy there; its partitions'
+        keys: :func:`dynoqueue.model.partitions.partition_keys`). No I/O, opens no queue.
+
+        Raises:
+            ConfigurationError: a name a queue cannot have.
+        """
+        settings = self.settings
+        return QueueKeys(settings.key_prefix, queue_name, settings.shards,
+                         bool(settings.hash_tag))
 
     def queues(self) -> list[Q]:
         """Every queue this factory has created so far. Mirrors ``queues``."""

@@ -2,8 +2,11 @@
 
 One read of any number of queues costs: the SCAN pages that list the queues (only when no names
 are given; :func:`dynoqueue.core.listing.queue_names`), one ``TIME``, and one pipeline of
-read-only commands (13 per queue and shard, 1 more per queue). On Redis Cluster redis-py sends
-that pipeline to each primary once. Nothing is written and no script runs.
+read-only commands (13 per queue, partition and shard, 1 more per queue and partition), after
+the ``TIME`` and each queue's stored policy (which names its partitions) in one pipeline. On
+Redis Cluster redis-py sends each pipeline to each primary once. Nothing is written and no
+script runs. A partitioned queue's figures are summed over its partitions, shard by shard; the
+partitions' own are in :attr:`QueueStats.partitions`.
 
 The plan (:func:`plan`) and the decoding (:func:`decode`) are I/O-free. The read goes through
 the core: the listing is the core's (queue-level calls, :mod:`dynoqueue.core.listing`), and the
@@ -29,9 +32,11 @@ from ..core.calls import CallOp
 from ..core.deadline import DeadlinePassed
 from ..core.failures import ACCESS_DENIED, timed_out
 from ..core.listing import queue_names
-from ..core.requests import READ, Command, Op, Pipeline
+from ..core.requests import READ, Op, Pipeline
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
+from ..model.partitions import partition_keys
+from ..model.states import stored_partitions
 from .names import WAITING_BUCKETS
 
 #: Commands per queue and shard in the pipeline (ZCARD, ZCOUNT ready, oldest, ZCARD unack,
@@ -66,11 +71,24 @@ class ShardStats:
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue: its shards and its dead letters (kept per queue, not per shard)."""
+    """One queue: its shards and its dead letters (kept per queue, not per shard).
+
+    Attributes:
+        queue: the name.
+        dead: dead letters.
+        shards: one :class:`ShardStats` per shard (a partitioned queue's summed over its
+            partitions; the oldest ready age is the oldest of any partition).
+        partitions: a partitioned queue's partitions, each a QueueStats of its own (with
+            ``partition`` set), in partition order; empty for a queue of one partition.
+        partition: which partition of its queue these figures are (0-based), or None for a
+            whole queue.
+    """
 
     queue: str
     dead: int
     shards: list[ShardStats]
+    partitions: list[QueueStats] = field(default_factory=list)
+    partition: int | None = None
 
     def total(self, name: str) -> int:
         """The sum over shards of ``name`` (waiting, ready, delayed or leased)."""
@@ -99,56 +117,82 @@ class ReadCost:
     seconds: float = 0.0
 
 
-def _keys(queues: Any, name: str) -> QueueKeys:
-    return QueueKeys(queues.key_prefix, name, tuple(queues.shards), bool(queues.settings.hash_tag))
+def plan(queues: Any, layouts: Sequence[Sequence[QueueKeys]], now_ms: int
+         ) -> list[tuple[Any, ...]]:
+    """The read-only commands that measure queues at ``now_ms`` (the Redis server's clock).
 
-
-def plan(queues: Any, names: Sequence[str], now_ms: int) -> list[tuple[Any, ...]]:
-    """The read-only commands that measure ``names`` at ``now_ms`` (the Redis server's clock).
+    Args:
+        queues: the factory (its shards).
+        layouts: per queue, the keys of each of its partitions
+            (:func:`dynoqueue.model.partitions.partition_keys`).
+        now_ms: the server's time, epoch ms.
 
     Returns:
         The commands, in the order :func:`decode` expects their replies.
     """
     commands: list[tuple[Any, ...]] = []
     due_bound = f"({now_ms + 1}"  # due while score < now + 1 (the claim's own test)
-    for name in names:
-        keys = _keys(queues, name)
-        commands.append(("ZCARD", keys.dead))
-        for shard in queues.shards:
-            qkey = keys.queue_shard(shard)
-            commands += [("ZCARD", qkey), ("ZCOUNT", qkey, "-inf", due_bound),
-                         ("ZRANGE", qkey, 0, 0, "WITHSCORES"), ("ZCARD", keys.unack_shard(shard))]
-            for _, low, high in WAITING_BUCKETS:
-                start = now_ms + 1 + low
-                stop = "+inf" if high is None else f"({now_ms + 1 + high}"
-                commands.append(("ZCOUNT", qkey, start, stop))
+    for layout in layouts:
+        for keys in layout:
+            commands.append(("ZCARD", keys.dead))
+            for shard in queues.shards:
+                qkey = keys.queue_shard(shard)
+                commands += [("ZCARD", qkey), ("ZCOUNT", qkey, "-inf", due_bound),
+                             ("ZRANGE", qkey, 0, 0, "WITHSCORES"),
+                             ("ZCARD", keys.unack_shard(shard))]
+                for _, low, high in WAITING_BUCKETS:
+                    start = now_ms + 1 + low
+                    stop = "+inf" if high is None else f"({now_ms + 1 + high}"
+                    commands.append(("ZCOUNT", qkey, start, stop))
     return commands
 
 
-def decode(queues: Any, names: Sequence[str], now_ms: int, replies: Sequence[Any]
-           ) -> list[QueueStats]:
-    """The stats of ``names`` from the replies to :func:`plan`'s commands."""
+def decode(queues: Any, names: Sequence[str], layouts: Sequence[Sequence[QueueKeys]],
+           now_ms: int, replies: Sequence[Any]) -> list[QueueStats]:
+    """The stats of ``names`` from the replies to :func:`plan`'s commands for ``layouts``."""
     out: list[QueueStats] = []
     at = 0
-    for name in names:
-        dead = int(replies[at])
-        at += 1
-        shards: list[ShardStats] = []
-        for shard in queues.shards:
-            waiting, ready, oldest, leased = replies[at:at + 4]
-            counts = replies[at + 4:at + COMMANDS_PER_SHARD]
-            at += COMMANDS_PER_SHARD
-            age = 0
-            if int(ready) and oldest:
-                score = oldest[0][1] if isinstance(oldest[0], (tuple, list)) else oldest[1]
-                age = max(0, now_ms - int(float(score)))
-            shards.append(ShardStats(
-                queue=name, shard=shard, waiting=int(waiting), ready=int(ready),
-                delayed=int(waiting) - int(ready), leased=int(leased), oldest_ready_age_ms=age,
-                waiting_buckets={b[0]: int(n) for b, n in zip(WAITING_BUCKETS, counts,
-                                                                strict=True)}))
-        out.append(QueueStats(queue=name, dead=dead, shards=shards))
+    for name, layout in zip(names, layouts, strict=True):
+        parts: list[QueueStats] = []
+        for index in range(len(layout)):
+            dead = int(replies[at])
+            at += 1
+            shards: list[ShardStats] = []
+            for shard in queues.shards:
+                waiting, ready, oldest, leased = replies[at:at + 4]
+                counts = replies[at + 4:at + COMMANDS_PER_SHARD]
+                at += COMMANDS_PER_SHARD
+                age = 0
+                if int(ready) and oldest:
+                    score = oldest[0][1] if isinstance(oldest[0], (tuple, list)) else oldest[1]
+                    age = max(0, now_ms - int(float(score)))
+                shards.append(ShardStats(
+                    queue=name, shard=shard, waiting=int(waiting), ready=int(ready),
+                    delayed=int(waiting) - int(ready), leased=int(leased),
+                    oldest_ready_age_ms=age,
+                    waiting_buckets={b[0]: int(n) for b, n in zip(WAITING_BUCKETS, counts,
+                                                                    strict=True)}))
+            parts.append(QueueStats(queue=name, dead=dead, shards=shards,
+                                    partition=index if len(layout) > 1 else None))
+        out.append(parts[0] if len(parts) == 1 else _summed(name, parts))
     return out
+
+
+def _summed(name: str, parts: list[QueueStats]) -> QueueStats:
+    """A partitioned queue's stats: its partitions' summed shard by shard."""
+    shards = []
+    for i, first in enumerate(parts[0].shards):
+        column = [part.shards[i] for part in parts]
+        buckets = {b: sum(s.waiting_buckets.get(b, 0) for s in column)
+                   for b in first.waiting_buckets}
+        shards.append(ShardStats(
+            queue=name, shard=first.shard, waiting=sum(s.waiting for s in column),
+            ready=sum(s.ready for s in column), delayed=sum(s.delayed for s in column),
+            leased=sum(s.leased for s in column),
+            oldest_ready_age_ms=max(s.oldest_ready_age_ms for s in column),
+            waiting_buckets=buckets))
+    return QueueStats(queue=name, dead=sum(p.dead for p in parts), shards=shards,
+                      partitions=parts)
 
 
 def _counted(listing: CallOp[list[str]], cost: ReadCost) -> CallOp[list[str]]:
@@ -171,12 +215,17 @@ def _counted(listing: CallOp[list[str]], cost: ReadCost) -> CallOp[list[str]]:
 
 
 def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStats]]:
-    """The read of ``names`` as core requests on the read role: the server's ``TIME``, then
-    :func:`plan`'s commands in one pipeline (on a Cluster, sent to each primary once)."""
+    """The read of ``names`` as core requests on the read role: the server's ``TIME`` and the
+    queues' stored policies (their partitions) in one pipeline, then :func:`plan`'s commands in
+    another (on a Cluster, each sent to each primary once)."""
     try:
-        seconds, micros = yield Command(READ, ("TIME",))
+        bases = [queues.keys_of(name) for name in names]
+        first = yield Pipeline(READ, [("TIME",), *(("GET", keys.policy) for keys in bases)])
+        (seconds, micros), *stored = first
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        commands = plan(queues, names, now_ms)
+        layouts = [partition_keys(keys, stored_partitions(raw))
+                   for keys, raw in zip(bases, stored, strict=True)]
+        commands = plan(queues, layouts, now_ms)
         replies = yield Pipeline(READ, list(commands))
     except ACCESS_DENIED as exc:
         raise AccessDeniedError("stats", "TIME", str(exc)) from exc
@@ -185,8 +234,8 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError("stats", names[0], str(exc)) from exc
     cost.round_trips += 2
-    cost.commands += 1 + len(commands)
-    return decode(queues, names, now_ms, replies)
+    cost.commands += 1 + len(names) + len(commands)
+    return decode(queues, names, layouts, now_ms, replies)
 
 
 async def list_queues_async(queues: Any) -> list[str]:

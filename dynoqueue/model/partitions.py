@@ -22,9 +22,12 @@ without a search per tag.
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import functools
 import itertools
 import zlib
+
+from .keys import QueueKeys
 
 #: The most partitions a queue may have (each is a slot; more buys nothing on any cluster).
 MAX_PARTITIONS = 1024
@@ -81,3 +84,17 @@ def partition_of(text: str, count: int) -> int:
     """The partition (0-based) of a message id or group name among ``count``: CRC32 of its
     UTF-8 bytes modulo ``count``."""
     return zlib.crc32(text.encode()) % count if count > 1 else 0
+
+
+def partition_keys(keys: QueueKeys, count: int) -> list[QueueKeys]:
+    """The keys of each of a queue's ``count`` partitions, in partition order, given its
+    one-partition keys (``[keys]`` itself when ``count`` is 1): what a reader that walks the
+    layout (stats, the Spark reader, the ops CLI) reads instead of ``keys``.
+
+    Raises:
+        ValueError: ``count`` out of 1..MAX_PARTITIONS.
+    """
+    if count == 1:
+        return [keys]
+    return [dataclasses.replace(keys, tag=tag) for tag in partition_tags(keys.queue, count)]
+

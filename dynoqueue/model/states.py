@@ -98,6 +98,17 @@ class QueuePolicy:
             raise ConfigurationError(f"the stored queue policy is unreadable: {raw!r:.80}") from exc
 
 
+def stored_partitions(raw_policy: bytes | str | None) -> int:
+    """The partition count a queue's stored policy (the value of its policy key) names: 1
+    for none stored, one unreadable (the queue's own calls say so), or one without ``parts``."""
+    if not raw_policy:
+        return 1
+    try:
+        return QueuePolicy.from_json(raw_policy).partitions
+    except ConfigurationError:
+        return 1
+
+
 class MessageState(enum.Enum):
     """Where a message is in its lifecycle; ``.code`` is Camellia's number for it."""
 

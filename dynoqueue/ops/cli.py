@@ -43,6 +43,9 @@ def _add_reading(subparsers: Any) -> None:
                      "Show each queue's counts per shard, read from Redis now. Without "
                      "names, every queue under the prefix (a SCAN).")
     stats.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to show")
+    stats.add_argument("--partitions", action="store_true",
+                       help="one row per partition and shard of a partitioned queue "
+                            "(QueuePolicy.partitions) instead of the sums per shard")
 
     peek = _command(subparsers, "peek", commands.peek, "due messages of a queue, not leased",
                     "Show due messages of every shard (the local one first) without "

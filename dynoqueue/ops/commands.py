@@ -22,34 +22,45 @@ from .session import (
     queue_exists,
 )
 
-#: The keys of one ``stats --json`` object, in order.
+#: The keys of one ``stats --json`` object, in order (``partition`` only with --partitions).
 STATS_FIELDS = ("queue", "shard", "waiting", "ready", "delayed", "leased", "dead",
                 "oldest_ready_age_ms")
 
 
-def stats_rows(stats: Sequence[QueueStats]) -> list[dict[str, Any]]:
+def stats_rows(stats: Sequence[QueueStats], partitions: bool = False) -> list[dict[str, Any]]:
     """One object per queue and shard (``dead`` is the queue's: dead letters are kept per
-    queue, so it repeats on each of its shards' rows)."""
-    return [{"queue": q.queue, "shard": s.shard, "waiting": s.waiting, "ready": s.ready,
-             "delayed": s.delayed, "leased": s.leased, "dead": q.dead,
-             "oldest_ready_age_ms": s.oldest_ready_age_ms}
-            for q in stats for s in q.shards]
+    queue, so it repeats on each of its shards' rows); with ``partitions``, one per queue,
+    partition and shard, with the partition's own dead letters (0 for a queue of one)."""
+    rows = []
+    for q in stats:
+        for part in (q.partitions or [q]) if partitions else [q]:
+            for s in part.shards:
+                row: dict[str, Any] = {"queue": q.queue}
+                if partitions:
+                    row["partition"] = part.partition or 0
+                row.update(shard=s.shard, waiting=s.waiting, ready=s.ready, delayed=s.delayed,
+                           leased=s.leased, dead=part.dead,
+                           oldest_ready_age_ms=s.oldest_ready_age_ms)
+                rows.append(row)
+    return rows
 
 
 def stats(args: argparse.Namespace) -> int:
-    """``stats [QUEUE...]``: per queue and shard, waiting/ready/delayed/leased/dead/age."""
+    """``stats [QUEUE...] [--partitions]``: per queue (and partition) and shard,
+    waiting/ready/delayed/leased/dead/age."""
     where = redact_url(args.url)
     with opened(args) as queues:
         names = list(args.queues) or None
         for name in names or []:
             existing_queue(queues, name, where)
         found = read_stats(queues, names)
-    rows = stats_rows(found)
+    rows = stats_rows(found, args.partitions)
+    fields = ("queue", "partition", *STATS_FIELDS[1:]) if args.partitions else STATS_FIELDS
     if args.json:
         render.emit_json(rows)
     else:
         render.show(render.table(f"dynoqueue queues at {where} (prefix {args.prefix})",
-                                 STATS_FIELDS, [[r[f] for f in STATS_FIELDS] for r in rows]))
+                                 fields, [[r[f] for f in fields] for r in rows]))
     return EXIT_OK
 
 

@@ -13,7 +13,6 @@ from typing import Any
 from .. import RedisQueues, RetryBudget
 from ..connect.urls import redact_url
 from ..errors import AccessDeniedError, DynoQueueError, RedisOperationError
-from ..model.keys import QueueKeys
 
 DEFAULT_URL = "redis://localhost:6379"
 DEFAULT_PREFIX = "dynoqueue"
@@ -101,8 +100,9 @@ def _cause(exc: BaseException) -> str:
 
 def queue_exists(queues: RedisQueues, name: str) -> bool:
     """True if Redis holds anything of queue ``name``: messages, dead letters, retained ended
-    messages or a stored policy (one EXISTS: every key of a queue shares its hash tag)."""
-    keys = QueueKeys(queues.key_prefix, name, tuple(queues.shards), bool(queues.settings.hash_tag))
+    messages or a stored policy (one EXISTS: every key of a queue shares its hash tag; a
+    partitioned queue always has its policy stored there)."""
+    keys = queues.keys_of(name)
     probe = [keys.message_hash, keys.dead, keys.ended, keys.policy, *keys.all_queue_shards,
              *keys.all_unack_shards]
     return bool(queues.quorum_conn.exists(*probe))

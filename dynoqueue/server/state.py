@@ -21,7 +21,7 @@ from ..asyncio.queue import DynoQueue
 from ..errors import ConfigurationError, DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
-from ..model.keys import QueueKeys, check_queue_name, youzan_index
+from ..model.keys import check_queue_name, youzan_index
 from ..model.states import QueuePolicy
 from ..model.validate import MAX_COUNT, MAX_MS, int_at_least
 from .http import BadRequest
@@ -185,11 +185,6 @@ class ServerState:
         # The lateness histogram is fed by the core's events for every pop (QueueMetrics).
         self.monitor[topic].gaps_ms.append(lateness_ms)
 
-    def keys(self, topic: str) -> QueueKeys:
-        queues = self.factory()
-        return QueueKeys(queues.key_prefix, topic, tuple(queues.shards),
-                         bool(queues.settings.hash_tag))
-
     async def topic(self, topic: str) -> DynoQueue:
         """The queue of ``topic``: with the server's retention policy if the queue has none
         stored, else as stored (every process must apply one policy).
@@ -205,7 +200,7 @@ class ServerState:
             found = self._topics.get(topic)
             if found is None:
                 queues = self.factory()
-                stored = await queues.quorum_conn.get(self.keys(topic).policy)
+                stored = await queues.quorum_conn.get(queues.keys_of(topic).policy)
                 policy = None if stored else QueuePolicy(retention_ms=self.settings.retention_ms)
                 found = queues.get(topic, policy)
                 self._topics[topic] = found

@@ -16,6 +16,7 @@ every message shows exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -28,7 +29,8 @@ from .. import MessageState, QueuePolicy
 from ..errors import InvalidMessageError
 from ..model.keys import QueueKeys
 from ..model.message import Message, as_text
-from ..model.states import decode_record
+from ..model.partitions import partition_keys
+from ..model.states import decode_record, stored_partitions
 from .options import SourceOptions, connected
 from .redis_errors import redis_errors, server_ms
 from .rows import UNACKED, WAITING, timestamp
@@ -73,6 +75,7 @@ class ZsetRange(InputPartition):
             messages without a limit of their own.
         kind: which zset: ``"queue"`` (score due ms + priority/100), ``"ready"`` (strict
             priority, score priority * 2**42 + due ms) or ``"unack"`` (score lease expiry ms).
+        tag: the hash tag of the queue partition read, "" for a queue of one partition.
     """
 
     shard: str
@@ -83,6 +86,7 @@ class ZsetRange(InputPartition):
     now_ms: int
     policy_max_deliveries: int
     kind: str = QUEUE
+    tag: str = ""
 
 
 @dataclass
@@ -97,6 +101,8 @@ class LineRanges(InputPartition):
             group's line (score due ms; member push sequence, priority, id).
         now_ms: the read's "now" (see :class:`ZsetRange`).
         policy_max_deliveries: the stored queue policy's ``max_deliveries`` (0: none).
+        tag: the hash tag of the queue partition read (a partitioned queue's, see
+            :func:`dynoqueue.model.partitions.partition_keys`), "" for a queue of one.
     """
 
     shard: str
@@ -105,6 +111,7 @@ class LineRanges(InputPartition):
     policy_max_deliveries: int
     state: str = WAITING
     kind: str = GROUP
+    tag: str = ""
 
 
 class DynoQueueReader(DataSourceReader):
@@ -124,7 +131,9 @@ class DynoQueueReader(DataSourceReader):
         ranges; find every ordered group's line (the groups of ``P.GHEAD.Q``, their shard from
         the current message's ``P.GROUPOF.Q`` record) and its length, packed into partitions
         of up to ``splitSize`` ids per shard; read the server's time and the stored queue
-        policy once for all partitions.
+        policy once for all partitions. A partitioned queue (``QueuePolicy.partitions``, from
+        the stored policy) is planned partition by partition: at least one Spark partition per
+        non-empty queue partition, so the tasks read every primary of a cluster at once.
 
         Returns:
             The partitions (empty for an empty queue).
@@ -135,38 +144,41 @@ class DynoQueueReader(DataSourceReader):
         """
         with connected(self.options) as queues:
             queue = queues.get(self.options.queue)
-            keys = queue.keys
-            zset_of = {QUEUE: keys.queue_shard, READY: keys.ready_shard,
-                       UNACK: keys.unack_shard}
-            plan = [(shard, kind, state, zset_of[kind](shard))
-                    for shard in queue.shards for kind, state in _KINDS]
             conn = queues.non_quorum_conn
+            with redis_errors("spark_read_partitions", queue.keys.policy, self.options):
+                stored_policy = conn.get(queue.keys.policy)
+            # A partitioned queue: every partition's zsets, each partition its own tasks, so
+            # the tasks read all of a cluster's primaries at once.
+            layout = partition_keys(queue.keys, stored_partitions(stored_policy))
+            plan = [(keys.tag, shard, kind, state, _zset(keys, kind, shard))
+                    for keys in layout for shard in queue.shards for kind, state in _KINDS]
             pipe = conn.pipeline(transaction=False)
             for *_, key in plan:
                 pipe.zcard(key)
-            pipe.get(keys.policy)
-            with redis_errors("spark_read_partitions", plan[0][3], self.options):
-                *sizes, stored_policy = pipe.execute()
-                lines = _group_lines(conn, keys, queue.shards)
-            now_ms = server_ms(conn, "spark_read_partitions", plan[0][3], self.options)
+            with redis_errors("spark_read_partitions", plan[0][4], self.options):
+                sizes = pipe.execute()
+                lines = [(keys.tag, _group_lines(conn, keys, queue.shards)) for keys in layout]
+            now_ms = server_ms(conn, "spark_read_partitions", plan[0][4], self.options)
         policy_max = QueuePolicy.from_json(stored_policy).max_deliveries if stored_policy else 0
         out: list[ZsetRange | LineRanges] = [
-            ZsetRange(shard, state, key, lo, hi, now_ms, policy_max, kind)
-            for (shard, kind, state, key), size in zip(plan, sizes, strict=True)
+            ZsetRange(shard, state, key, lo, hi, now_ms, policy_max, kind, tag)
+            for (tag, shard, kind, state, key), size in zip(plan, sizes, strict=True)
             for lo, hi in rank_ranges(int(size), self.options.split_size)]
         step = self.options.split_size
-        for shard in queue.shards:
-            packed: list[tuple[str, int, int]] = []
-            held = 0
-            for group, first, size in lines.get(shard, []):
-                for lo, hi in rank_ranges(size, step):
-                    packed.append((group, first + lo, first + hi))
-                    held += hi - lo + 1
-                    if held >= step:
-                        out.append(LineRanges(shard, tuple(packed), now_ms, policy_max))
-                        packed, held = [], 0
-            if packed:
-                out.append(LineRanges(shard, tuple(packed), now_ms, policy_max))
+        for tag, by_shard in lines:
+            for shard in queue.shards:
+                packed: list[tuple[str, int, int]] = []
+                held = 0
+                for group, first, size in by_shard.get(shard, []):
+                    for lo, hi in rank_ranges(size, step):
+                        packed.append((group, first + lo, first + hi))
+                        held += hi - lo + 1
+                        if held >= step:
+                            out.append(LineRanges(shard, tuple(packed), now_ms, policy_max,
+                                                  tag=tag))
+                            packed, held = [], 0
+                if packed:
+                    out.append(LineRanges(shard, tuple(packed), now_ms, policy_max, tag=tag))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -185,6 +197,8 @@ class DynoQueueReader(DataSourceReader):
         with connected(self.options) as queues:
             conn = queues.non_quorum_conn
             keys = queues.get(self.options.queue).keys
+            if partition.tag:  # a partition of a partitioned queue
+                keys = dataclasses.replace(keys, tag=partition.tag)
             if isinstance(partition, ZsetRange):
                 with redis_errors("spark_read", partition.key, self.options):
                     scored = conn.zrange(partition.key, partition.start, partition.stop,
@@ -253,6 +267,13 @@ class _Entry:
     score: float
     due_ms: float
     group: str | None = None
+
+
+def _zset(keys: QueueKeys, kind: str, shard: str) -> str:
+    """The key of ``shard``'s zset of ``kind`` (queue, ready or unack)."""
+    if kind == READY:
+        return keys.ready_shard(shard)
+    return keys.unack_shard(shard) if kind == UNACK else keys.queue_shard(shard)
 
 
 def _group_lines(conn: Any, keys: QueueKeys,

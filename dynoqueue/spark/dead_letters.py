@@ -3,7 +3,8 @@
 The dead letters of queue ``Q`` are the zset ``P.DEAD.Q`` (ids scored by when they died, epoch
 ms) and the hash ``P.DEADINFO.Q`` (id -> the record the scripts wrote: reason, deliveries, last
 error, shard index, the message JSON). The read splits the zset into rank ranges of
-``splitSize``, oldest first, like the queue read splits its shards' zsets.
+``splitSize``, oldest first, like the queue read splits its shards' zsets. A partitioned queue's
+dead letters are kept per partition: each partition's zset is split alike.
 
 ``partitions()`` runs in a Python worker of the driver; ``read()`` in executor tasks, each with
 its own connection.
@@ -20,7 +21,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..errors import InvalidMessageError
 from ..model.message import Message, as_text
-from ..model.states import decode_record
+from ..model.partitions import partition_keys
+from ..model.states import decode_record, stored_partitions
 from .batch_read import LOOKUP_CHUNK, rank_ranges
 from .options import SourceOptions, connected
 from .redis_errors import redis_errors
@@ -37,11 +39,13 @@ class DeadRange(InputPartition):
         key: the dead zset's key (``P.DEAD.Q``).
         start: first rank, >= 0 (rank 0 died first).
         stop: last rank, inclusive.
+        info: the key of the records of the zset's letters (``P.DEADINFO.Q``).
     """
 
     key: str
     start: int
     stop: int
+    info: str = ""
 
 
 class DeadLetterReader(DataSourceReader):
@@ -56,7 +60,8 @@ class DeadLetterReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[DeadRange]:
-        """Plan the read: ZCARD the dead zset, split it into rank ranges of ``splitSize``.
+        """Plan the read: ZCARD the dead zset (every partition's, for a partitioned queue),
+        split it into rank ranges of ``splitSize``.
 
         Returns:
             The partitions (empty when the queue has no dead letters).
@@ -65,10 +70,17 @@ class DeadLetterReader(DataSourceReader):
             RedisOperationError: Redis failed (the read fails before any task runs).
         """
         with connected(self.options) as queues:
-            key = queues.get(self.options.queue).keys.dead
-            with redis_errors("spark_read_dead_partitions", key, self.options):
-                size = int(queues.non_quorum_conn.zcard(key))
-        return [DeadRange(key, lo, hi) for lo, hi in rank_ranges(size, self.options.split_size)]
+            keys = queues.get(self.options.queue).keys
+            conn = queues.non_quorum_conn
+            with redis_errors("spark_read_dead_partitions", keys.dead, self.options):
+                layout = partition_keys(keys, stored_partitions(conn.get(keys.policy)))
+                pipe = conn.pipeline(transaction=False)
+                for part in layout:
+                    pipe.zcard(part.dead)
+                sizes = pipe.execute()
+        return [DeadRange(part.dead, lo, hi, part.dead_info)
+                for part, size in zip(layout, sizes, strict=True)
+                for lo, hi in rank_ranges(int(size), self.options.split_size)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one rank range: ids and times of death, then their records (HMGET in chunks).
@@ -86,13 +98,14 @@ class DeadLetterReader(DataSourceReader):
         with connected(self.options) as queues:
             conn = queues.non_quorum_conn
             queue = queues.get(self.options.queue)
+            info = partition.info or queue.keys.dead_info
             with redis_errors("spark_read_dead", partition.key, self.options):
                 scored = conn.zrange(partition.key, partition.start, partition.stop,
                                      withscores=True)
             for i in range(0, len(scored), LOOKUP_CHUNK):
                 chunk = scored[i:i + LOOKUP_CHUNK]
-                with redis_errors("spark_read_dead", queue.keys.dead_info, self.options):
-                    records = conn.hmget(queue.keys.dead_info, [member for member, _ in chunk])
+                with redis_errors("spark_read_dead", info, self.options):
+                    records = conn.hmget(info, [member for member, _ in chunk])
                 for (member, died_ms), raw in zip(chunk, records, strict=True):
                     if raw is not None:
                         yield _row(as_text(member), float(died_ms), decode_record(raw),

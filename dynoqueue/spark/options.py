@@ -17,6 +17,8 @@ from typing import Any
 from ..connect.urls import redact_url
 from ..errors import ConfigurationError
 from ..model.keys import check_key_part, check_name, check_queue_name
+from ..model.partitions import MAX_PARTITIONS
+from ..model.states import QueuePolicy
 from ..model.validate import int_at_least
 from ..queues import RedisQueues
 
@@ -35,7 +37,7 @@ _FALSE = {"false", "0", "no", "off"}
 KNOWN_OPTIONS = frozenset({
     "url", "queue", "keyprefix", "zones", "localzone", "replicaurls", "writequorum",
     "batchsize", "splitsize", "maxmessagespertrigger", "leasems", "consumername",
-    "processunacks", "claimshards", "deadletters",
+    "processunacks", "claimshards", "deadletters", "partitions",
     # Spark's own, passed through to every source:
     "path", "paths", "checkpointlocation",
 })
@@ -66,6 +68,9 @@ class SourceOptions:
         claim_shards: ``"all"`` (every shard, the local one first) or ``"local"``.
         dead_letters: a batch read returns the queue's dead letters instead of its messages
             (other reads and writes refuse it).
+        partitions: a write's queue has this many partitions (``QueuePolicy.partitions``,
+            1..1024): stored as its policy when it has none, checked when it has one; None:
+            whatever the queue has stored (reads always follow what is stored).
     """
 
     url: str
@@ -83,6 +88,7 @@ class SourceOptions:
     process_unacks: bool = True
     claim_shards: str = "all"
     dead_letters: bool = False
+    partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -133,6 +139,7 @@ class SourceOptions:
             process_unacks=_bool(opts, "processunacks", "processUnacks", True),
             claim_shards=claim,
             dead_letters=_bool(opts, "deadletters", "deadLetters", False),
+            partitions=_partitions(opts),
         )
 
     def describe(self) -> str:
@@ -188,6 +195,16 @@ def _bool(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
     if lowered in _FALSE:
         return False
     raise ConfigurationError(f"option {name!r} must be true or false, got {text!r}")
+
+
+def _partitions(opts: Mapping[str, str]) -> int | None:
+    if not str(opts.get("partitions") or "").strip():
+        return None
+    count = _int(opts, "partitions", "partitions", 1, low=1)
+    if count > MAX_PARTITIONS:
+        raise ConfigurationError(f"option 'partitions' must be at most {MAX_PARTITIONS}, "
+                                 f"got {count}")
+    return count
 
 
 def _zones(text: str | None) -> tuple[str, ...] | None:
@@ -252,6 +269,30 @@ def open_queues(
         unack_timeout_ms=unack_timeout_ms or DEFAULT_LEASE_MS,
         write_quorum=options.write_quorum,
     )
+
+
+def ensure_partitions(options: SourceOptions) -> None:
+    """With option ``partitions``: store ``QueuePolicy(partitions=n)`` as the queue's policy when
+    it has none stored; with one stored, check its count. Runs on the driver before any task.
+
+    Raises:
+        ConfigurationError: the queue is stored with another partition count (or unreadable).
+        RedisOperationError: Redis failed.
+    """
+    if options.partitions is None:
+        return
+    with connected(options) as queues:
+        raw = queues.quorum_conn.get(queues.keys_of(options.queue).policy)
+        if raw:
+            stored = QueuePolicy.from_json(raw)
+            if stored.partitions != options.partitions:
+                raise ConfigurationError(
+                    f"dynoqueue: option 'partitions' is {options.partitions}, but "
+                    f"{options.describe()} is stored with {stored.partitions}; a queue's "
+                    "partitions cannot change (write to a new queue, or drop the option)")
+            return
+        # Stores the policy (or refuses one another process stored meanwhile).
+        queues.get(options.queue, QueuePolicy(partitions=options.partitions)).size()
 
 
 @contextmanager

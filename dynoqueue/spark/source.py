@@ -47,7 +47,7 @@ from .batch_write import (
     push_rows,
 )
 from .dead_letters import DeadLetterReader, DeadRange
-from .options import SourceOptions
+from .options import SourceOptions, ensure_partitions
 from .rows import COLUMNS, DEAD_COLUMNS, DEAD_SCHEMA, SCHEMA, check_read_schema, read_schema
 from .streaming import DynoQueueStreamReader, DynoQueueStreamWriter, RecordedSlice
 
@@ -220,7 +220,9 @@ class DynoQueueDataSource(DataSource):
                 "(clear it with DynoQueue.clear() if that is what you want)"
             )
         self._refuse_dead_letters("a write")
-        return DynoQueueWriter(self.parsed, WriteColumns.of(schema))
+        columns = WriteColumns.of(schema)
+        ensure_partitions(self.parsed)
+        return DynoQueueWriter(self.parsed, columns)
 
     def streamReader(self, schema: StructType) -> DynoQueueStreamReader:
         """The streaming reader of due messages. Raises ConfigurationError for a custom schema
@@ -234,7 +236,9 @@ class DynoQueueDataSource(DataSource):
         if overwrite:
             raise ConfigurationError("dynoqueue: only outputMode('append') is supported")
         self._refuse_dead_letters("a streaming write")
-        return DynoQueueStreamWriter(self.parsed, WriteColumns.of(schema))
+        columns = WriteColumns.of(schema)
+        ensure_partitions(self.parsed)
+        return DynoQueueStreamWriter(self.parsed, columns)
 
     def _refuse_dead_letters(self, what: str) -> None:
         if self.parsed.dead_letters:

@@ -67,3 +67,29 @@ def test_write_read_and_stream_on_a_cluster(spark: Any, prefix: str, tmp_path: P
                     .option("deadLetters", "true").load().collect())
             assert [(r["id"], r["reason"], r["deliveries"], r["last_error"]) for r in dead] == [
                 ("doomed", "max_deliveries", 1, "fatal")]
+
+            # A partitioned queue: the write stores its count, the rows land in every
+            # partition, the read plans a Spark partition per queue partition at least (so
+            # its tasks read all three primaries), and dead letters are read from each.
+            parted = {**source, "queue": "spread", "partitions": "6", "splitSize": "100000"}
+            rows_in = [(f"s{i:04d}", f"p{i}") for i in range(600)]
+            (spark.createDataFrame(rows_in, "id string, payload string")
+             .write.format("dynoqueue").options(**parted).mode("append").save())
+            spread = queues.get("spread")
+            assert spread.stored_policy() is not None
+            assert spread.stored_policy().partitions == 6
+            assert spread.size() == 600
+            reader = spark.read.format("dynoqueue").options(**parted).load()
+            assert reader.rdd.getNumPartitions() >= 6
+            assert sorted((r["id"], r["payload"]) for r in reader.collect()) == rows_in
+            for i in range(0, 600, 100):  # dead letters in several partitions
+                assert spread.unsafe_pop_with_msg_id_all_shards(f"s{i:04d}") is not None
+                assert spread.dead_letter(f"s{i:04d}", error="fatal")
+            dead = (spark.read.format("dynoqueue").options(**parted)
+                    .option("deadLetters", "true").load())
+            assert sorted(r["id"] for r in dead.collect()) == [f"s{i:04d}" for i in
+                                                               range(0, 600, 100)]
+            with pytest.raises(Exception, match="partitions"):
+                (spark.createDataFrame(rows_in[:1], "id string, payload string")
+                 .write.format("dynoqueue").options(**{**parted, "partitions": "4"})
+                 .mode("append").save())
