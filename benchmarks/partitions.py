@@ -1,7 +1,7 @@
 """Partitioned queues (``QueuePolicy(partitions=n)``): what partitions cost on one server and
 how they spread the load over a cluster's primaries, ratios in one run.
 
-    python -m benchmarks.partitions [--rounds 3] [--messages 20000]
+    python -m benchmarks.partitions [--rounds 3] [--messages 20000] [--spark-rows 1000000]
 
 * **No tax when not needed** (one redis-server): batched push (100 a call) and batched pop +
   ack_many of the same backlog, ``partitions=1`` vs ``8``, in alternating rounds (a load change
@@ -12,6 +12,9 @@ how they spread the load over a cluster's primaries, ratios in one run.
 * **Backlog grows** (3 primaries of 24 MB each, noeviction): messages acknowledged before the
   first out-of-memory error, ``partitions=1`` vs ``12``, and how many are found afterwards
   (none of the acknowledged may be lost).
+
+* **Spark** (``--spark-rows N``, 3 primaries): a local Spark writes N rows into ``partitions=1``
+  and ``12``; the write time, and the batch read's planned tasks and rows.
 
 Every figure is printed per primary, so anyone with a bigger machine can check the model.
 """
@@ -183,15 +186,49 @@ def backlog(console: Console, maxmemory_mb: int = 24) -> None:
     console.print(table)
 
 
+def spark_write(console: Console, rows: int = 1_000_000) -> None:
+    """Spark writes ``rows`` rows into a queue on 3 primaries, ``partitions=1`` vs ``12``
+    (write option ``partitions``), then reads it back: the write time, the read's planned
+    tasks and the rows read. Local Spark (``local[2]``), the data source's default batchSize."""
+    from dynoqueue.spark.session import local_session
+
+    spark = local_session("dynoqueue-partitions-bench")
+    frame = spark.range(rows).selectExpr("concat('m', id) AS id", "'x' AS payload").cache()
+    frame.count()  # the rows exist before the clock starts
+    table = Table(title=f"Spark on 3 primaries: writing {rows:,} rows, then reading them")
+    for col in ("partitions", "write s", "rows/s", "read tasks", "rows read", "read s"):
+        table.add_column(col, justify="right")
+    with cluster(primaries=3, replicas_per_primary=0) as topology:
+        for partitions in (1, 12):
+            options = {"url": topology.url, "queue": f"spark-{partitions}",
+                       "keyPrefix": "pbench", "partitions": str(partitions)}
+            started = time.perf_counter()
+            frame.write.format("dynoqueue").options(**options).mode("append").save()
+            wrote = time.perf_counter() - started
+            started = time.perf_counter()
+            read = spark.read.format("dynoqueue").options(**options).load()
+            tasks = read.rdd.getNumPartitions()
+            count = read.count()
+            table.add_row(str(partitions), f"{wrote:.1f}", f"{rows / wrote:,.0f}", str(tasks),
+                          f"{count:,}", f"{time.perf_counter() - started:.1f}")
+    frame.unpersist()
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--spark-rows", type=int, default=0, metavar="N",
+                        help="also write N rows with Spark into 1 and 12 partitions (needs "
+                             "the spark extra; the issue's row: 1000000)")
     args = parser.parse_args(argv)
     console = Console()
     one_server(args.rounds, args.messages, console)
     three_primaries(args.messages, console)
     backlog(console)
+    if args.spark_rows:
+        spark_write(console, args.spark_rows)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,17 @@ class Consuming(QueueState, WaitingPop):
                 break
         return next_due
 
+    def due_in(self, order: list[int]) -> Op[int]:
+        """How soon a claim of the shards ``order`` (indices) could lease something: 0 now, else
+        the ms until the first waiting message is due or lease ends, -1 when nothing waits and
+        nothing is leased (due.lua). Read-only, on the quorum connection (claims read there)."""
+        keys = [key for i in order for key in (self.keys.queue_shard(self.shards[i]),
+                                               self.keys.unack_shard(self.shards[i]),
+                                               self.keys.ready_shard(self.shards[i]))]
+        reply = yield from self.sender.script(QUORUM, "due", keys, [self._now_arg()],
+                                              idempotent=True)
+        return int(reply)
+
     def _took(self, claim: Claim, result: Any, shard: str) -> tuple[int, int, list[str]]:
         """Take a claim reply into ``claim`` and tell the events. Returns: how many it leased,
         how many ids it found without payload, the ids whose JSON does not decode."""

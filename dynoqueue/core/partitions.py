@@ -118,6 +118,8 @@ class PartitionedCore(WaitingPop):
         self.bell_channels = [c for part in self.parts for c in part.bell_channels]
         self._checked = stored
         self._turn = itertools.count()
+        #: The last pop came back short: the next one asks every partition what is due first.
+        self._sparse = False
 
     def __repr__(self) -> str:
         return (f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r}, "
@@ -320,23 +322,54 @@ class PartitionedCore(WaitingPop):
         until the next waiting message of the partitions visited is due (None if none)."""
         spread: Spread = claim
         next_due: int | None = None
+        claims = spread.claims
         try:
-            for part, part_claim in spread.claims:
+            for at, (part, part_claim) in enumerate(claims):
                 if len(spread.held) >= spread.count:
                     break
-                before = set(spread.held)
-                try:
-                    due = yield from part._guard(operation, part.keys.queue_shard(
-                        part.local_shard), part._claim_once(part_claim))
-                finally:
-                    for id in spread.held.keys() - before:
-                        spread.owner[id] = part
-                if due is not None:
-                    next_due = due if next_due is None else min(next_due, due)
+                if at == int(not self._sparse) and len(claims) > 2:
+                    # The queue is sparse here (the first partition fell short, or the last
+                    # pop did): ask the partitions left at once (one round trip per node,
+                    # read-only) and claim only where something is due, instead of a claim
+                    # per partition in turn.
+                    claims, due = yield from self._due_among(operation, claims[at:])
+                    next_due = _earliest(next_due, due)
+                    for part, part_claim in claims:
+                        if len(spread.held) >= spread.count:
+                            break
+                        due = yield from self._claim_part(operation, spread, part, part_claim)
+                        next_due = _earliest(next_due, due)
+                    break
+                due = yield from self._claim_part(operation, spread, part, part_claim)
+                next_due = _earliest(next_due, due)
+            self._sparse = len(spread.held) < spread.count
             return next_due
         except Cancelled:
             yield from self._release(spread)
             raise
+
+    @staticmethod
+    def _claim_part(operation: str, spread: Spread, part: QueueCore,
+                    part_claim: Claim) -> Op[int | None]:
+        """One partition's claim of a pop; records which partition leased each id."""
+        before = set(spread.held)
+        try:
+            due: int | None = yield from part._guard(
+                operation, part.keys.queue_shard(part.local_shard), part._claim_once(part_claim))
+            return due
+        finally:
+            for id in spread.held.keys() - before:
+                spread.owner[id] = part
+
+    def _due_among(self, operation: str, claims: list[tuple[QueueCore, Claim]]
+                   ) -> Op[tuple[list[tuple[QueueCore, Claim]], int | None]]:
+        """The claims whose partition has something due now (due.lua, every partition at
+        once), and the ms until the first of the others' is due (None: nothing waits)."""
+        answers = yield from guarded(operation, self.base.keys.message_hash, together(
+            [part.due_in(part_claim.order) for part, part_claim in claims]))
+        later = [ms for ms in answers if ms > 0]
+        return ([c for c, ms in zip(claims, answers, strict=True) if ms == 0],
+                min(later) if later else None)
 
     def _release(self, claim: Any) -> Op[None]:
         """Put back what a cancelled pop leased, each message in its partition."""
@@ -555,3 +588,10 @@ class PartitionedCore(WaitingPop):
             yield from part.set_policy(policy)
         self.policy, self._checked = policy, True
         return previous
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    """The sooner of two "ms until due" (None: nothing due)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

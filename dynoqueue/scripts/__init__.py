@@ -48,7 +48,7 @@ WRITE_SCRIPTS = (
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",
-                "group_info")
+                "group_info", "due")
 
 _DOORBELL_ON = "local DOORBELL = true"
 _UNSHARDED = "local SHARDED = false"
