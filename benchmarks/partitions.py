@@ -5,7 +5,8 @@ how they spread the load over a cluster's primaries, ratios in one run.
 
 * **No tax when not needed** (one redis-server): batched push (100 a call) and batched pop +
   ack_many of the same backlog, ``partitions=1`` vs ``8``, in alternating rounds (a load change
-  hits both alike); the ratio of the medians. Also the client CPU per message.
+  hits both alike); the ratio of the medians. Also the client CPU per message, and the
+  lateness of 1,000 messages due over 2 s through a waiting pop.
 * **Load spreads** (3 primaries, no replicas): the same workload with ``partitions=1`` and
   ``12``; each primary's share of the server time (``INFO commandstats`` usec), and the server
   usec and round trips per message, the figures docs/benchmarks.md projects from.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from rich.table import Table
 from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import RedisServer, cluster
 from dynoqueue.errors import RedisOperationError
+from dynoqueue.model.partitions import partition_keys, partition_of
 
 BATCH = 100
 
@@ -117,6 +120,55 @@ def one_server(rounds: int, messages: int, console: Console) -> None:
                       f"{m['push_server_us']:.1f}", f"{m['usec_per_msg']:.1f}")
     table.add_row("ratio 8/1", f"{med[8]['push_rate'] / med[1]['push_rate']:.2f}x",
                   f"{med[8]['pop_rate'] / med[1]['pop_rate']:.2f}x", "", "", "", "")
+    console.print(table)
+
+
+def _lateness(q: Any, client: Any, partitions: int, count: int = 1000,
+              spread_ms: int = 2000) -> list[float]:
+    """``count`` messages due over ``spread_ms``, one consumer that takes what is due and
+    otherwise waits (doorbells); lateness = receive time - due time, ms."""
+    q.push([Message(f"d{i}", timeout=200 + i * spread_ms // count) for i in range(count)])
+    # The due time is the score's whole ms (the server's clock: this same machine).
+    layout = partition_keys(q.keys, partitions)
+    pipe = client.pipeline(transaction=False)
+    for i in range(count):
+        pipe.zscore(layout[partition_of(f"d{i}", partitions)].queue_shard(q.local_shard),
+                    f"d{i}")
+    due = {f"d{i}": float(int(score)) for i, score in enumerate(pipe.execute())}
+    lateness: list[float] = []
+
+    def consume() -> None:
+        while len(lateness) < count:
+            batch = q.pop(100) or q.pop(1, wait_ms=500)
+            now = time.time() * 1000
+            lateness.extend(now - due[m.id] for m in batch)
+            q.ack_many(batch)
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    worker.join(timeout=30)
+    return lateness
+
+
+def lateness(rounds: int, console: Console) -> None:
+    """Lateness through a waiting pop on one server, ``partitions=1`` vs ``8``."""
+    got: dict[int, list[float]] = {1: [], 8: []}
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        with RedisQueues(client, client, key_prefix="plate", unack_handler_interval_ms=0,
+                         shard_supplier=SingleShardSupplier("a")) as queues:
+            for r in range(rounds):
+                for c in ((1, 8) if r % 2 == 0 else (8, 1)):
+                    q = queues.get(f"late-{c}-{r}", QueuePolicy(partitions=c))
+                    got[c] += _lateness(q, client, c)
+        client.close()
+    table = Table(title=f"One redis-server: lateness through a waiting pop, ms ({rounds} x "
+                        "1,000 messages due over 2 s, one consumer)")
+    for col in ("partitions", "p50", "p99", "max"):
+        table.add_column(col, justify="right")
+    for c, values in got.items():
+        cuts = statistics.quantiles(values, n=100)
+        table.add_row(str(c), f"{cuts[49]:.2f}", f"{cuts[98]:.2f}", f"{max(values):.2f}")
     console.print(table)
 
 
@@ -225,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     console = Console()
     one_server(args.rounds, args.messages, console)
+    lateness(args.rounds, console)
     three_primaries(args.messages, console)
     backlog(console)
     if args.spark_rows:

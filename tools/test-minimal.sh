@@ -12,12 +12,13 @@ set -euo pipefail
 cd "$(dirname "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")")"
 python3=${1:-python3}
 
-# The contract suite (both APIs), the Worker (both), the asyncio API, shutdown and typed errors;
+# The contract suite (both APIs), the Worker (both), the asyncio API, shutdown, typed errors and
+# partitioned queues (their batched round trips pack commands without hiredis);
 # on one redis-server (the full suite runs every deployment; what differs here is the client).
 suites=(tests/test_queue_api.py tests/test_bad_input.py tests/test_concurrency.py
         tests/test_state_machine.py tests/test_lifecycle.py tests/test_conductor.py
         tests/test_worker.py tests/test_asyncio.py tests/test_shutdown.py
-        tests/test_typed_errors.py)
+        tests/test_typed_errors.py tests/test_partitions.py)
 tools=$(python3 tools/extras.py --requirements dev | grep -E '^(pytest|hypothesis|pytest-timeout)\b')
 server=$(python3 tools/extras.py --requirements server)
 
