@@ -110,11 +110,7 @@ class Consuming(QueueState, WaitingPop):
         """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
         ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
         wake-ups, the deadline, re-claims)."""
-        validate.count("count", count)
-        validate.ms("wait_ms", wait_ms)
-        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
-                                                                            low=1)
-        enough = count if min_count is None else validate.count("min_count", min_count, 1)
+        lease, enough = self._pop_arguments(count, wait_ms, lease_ms, min_count)
         self._check_open()
         order = self._local_first if all_shards else [self._local, *self._adopted()]
         if count == 0:
@@ -124,6 +120,19 @@ class Consuming(QueueState, WaitingPop):
             yield from self._guarded_claim(operation, claim)
             return claim.messages()
         return (yield from self._waiting_pop(operation, claim, min(enough, count), wait_ms))
+
+    def _pop_arguments(self, count: int, wait_ms: int, lease_ms: int | None,
+                       min_count: int | None) -> tuple[int, int]:
+        """A pop's arguments checked: (the lease in ms, how many it waits for).
+
+        Raises:
+            InvalidArgumentError: one out of range.
+        """
+        validate.count("count", count)
+        validate.ms("wait_ms", wait_ms)
+        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
+                                                                            low=1)
+        return lease, count if min_count is None else validate.count("min_count", min_count, 1)
 
     def _guarded_claim(self, operation: str, claim: Claim) -> Op[int | None]:
         """Claim until ``claim`` holds its count; on cancellation put everything this pop

@@ -293,11 +293,7 @@ class PartitionedCore(WaitingPop):
         """:meth:`QueueCore.pop` over the partitions: one batch filled from each partition's
         shards in turn (the local shard, then as QueueCore.pop), starting one partition further
         on each call; a waiting pop wakes on a ring of any of them."""
-        validate.count("count", count)
-        validate.ms("wait_ms", wait_ms)
-        lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
-                                                                            low=1)
-        enough = count if min_count is None else validate.count("min_count", min_count, 1)
+        lease, enough = self.base._pop_arguments(count, wait_ms, lease_ms, min_count)
         self.base._check_open()
         if count == 0:
             return []
