@@ -3,7 +3,7 @@ how they spread the load over a cluster's primaries, ratios in one run.
 
     python -m benchmarks.partitions [--rounds 3] [--messages 20000] [--spark-rows 1000000]
 
-* **No tax when not needed** (one redis-server): batched push (100 a call) and batched pop +
+* **No tax when not needed** (one redis-server): batched push (100 a call, then 500) and pop +
   ack_many of the same backlog, ``partitions=1`` vs ``8``, in alternating rounds (a load change
   hits both alike); the ratio of the medians. Also the client CPU per message, and the
   lateness of 1,000 messages due over 2 s through a waiting pop.
@@ -52,7 +52,7 @@ def _calls(clients: list[Any]) -> list[int]:
 
 
 def _run(queues: RedisQueues, partitions: int, messages: int,
-         admins: list[Any]) -> dict[str, Any]:
+         admins: list[Any], batch: int = BATCH) -> dict[str, Any]:
     """Push ``messages`` in batches, then pop + ack them in batches; the rates and the
     servers' figures."""
     q = queues.get(f"bench-{uuid.uuid4().hex[:8]}", QueuePolicy(partitions=partitions))
@@ -63,14 +63,14 @@ def _run(queues: RedisQueues, partitions: int, messages: int,
     for admin in admins:
         admin.config_resetstat()
     cpu, started = time.process_time(), time.perf_counter()
-    for i in range(0, messages, BATCH):
-        q.push([Message(id, payload) for id in ids[i:i + BATCH]])
+    for i in range(0, messages, batch):
+        q.push([Message(id, payload) for id in ids[i:i + batch]])
     push_s, push_cpu = time.perf_counter() - started, time.process_time() - cpu
     push_usec, push_calls = _server_usec(admins), _calls(admins)
     cpu, started = time.process_time(), time.perf_counter()
     done = 0
     while done < messages:
-        got = q.pop(BATCH)
+        got = q.pop(batch)
         if not got:
             break
         done += q.ack_many(got)
@@ -82,7 +82,7 @@ def _run(queues: RedisQueues, partitions: int, messages: int,
             "push_cpu_us": push_cpu / messages * 1e6, "pop_cpu_us": pop_cpu / messages * 1e6,
             "usec": usec, "usec_per_msg": sum(usec) / messages,
             "push_server_us": sum(push_usec) / messages,
-            "push_calls": sum(push_calls) / (messages / BATCH),
+            "push_calls": sum(push_calls) / (messages / batch),
             "calls": sum(calls), "done": done}
 
 
@@ -95,17 +95,18 @@ def _rounds(rounds: int, make: Callable[[int], dict[str, Any]],
     return out
 
 
-def one_server(rounds: int, messages: int, console: Console) -> None:
+def one_server(rounds: int, messages: int, console: Console, batch: int = BATCH) -> None:
     with RedisServer() as server:
         admin = server.client()
         client = redis.Redis.from_url(server.url)
         with RedisQueues(client, client, key_prefix="pbench", unack_handler_interval_ms=0,
                          shard_supplier=SingleShardSupplier("a")) as queues:
-            results = _rounds(rounds, lambda c: _run(queues, c, messages, [admin]), (1, 8))
+            results = _rounds(rounds, lambda c: _run(queues, c, messages, [admin], batch),
+                              (1, 8))
         client.close()
         admin.close()
     table = Table(title=f"One redis-server: partitions=1 vs 8 ({messages:,} messages, "
-                        f"batches of {BATCH}, {rounds} rounds, medians)")
+                        f"batches of {batch}, {rounds} rounds, medians)")
     for col in ("partitions", "push msg/s", "pop+ack msg/s", "client CPU push µs/msg",
                 "client CPU pop+ack µs/msg", "server push µs/msg", "server µs/msg"):
         table.add_column(col, justify="right")
@@ -276,7 +277,10 @@ def main(argv: list[str] | None = None) -> None:
                              "the spark extra; the issue's row: 1000000)")
     args = parser.parse_args(argv)
     console = Console()
-    one_server(args.rounds, args.messages, console)
+    # A partition a call touches costs a script call (~9 us of server, ~4 us of client): at
+    # 100 a call each of 8 partitions gets ~12, at 500 (one script call's most) ~62.
+    for batch in (BATCH, 500):
+        one_server(args.rounds, args.messages, console, batch)
     lateness(args.rounds, console)
     three_primaries(args.messages, console)
     backlog(console)
