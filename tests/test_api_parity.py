@@ -69,6 +69,7 @@ NOT_COROUTINES: dict[tuple[str, str], str] = {
     ("RedisQueues", "from_sentinel"): "builds the factory; the clients connect lazily",
     ("RedisQueues", "from_cluster"): "builds the factory; the clients connect lazily",
     ("RedisQueues", "get"): "makes (or returns) a queue object; no command is sent",
+    ("RedisQueues", "keys_of"): "names a queue's keys; no command is sent",
     ("RedisQueues", "queues"): "the queues this factory made so far, from memory",
     ("RedisQueues", "set_events"): "sets a callback on the factory and its queues",
     ("RedisQueues", "own_connections"): "records clients for aclose() to close",
