@@ -39,7 +39,6 @@ from dynoqueue.model.partitions import (
 )
 
 from .deployments import Deployment
-from .test_server import CAMELLIA, Served
 
 
 def _distance(a: int, b: int) -> int:
@@ -308,6 +307,9 @@ def test_stats_ops_cli_and_serve_see_every_partition(
         assert [r["waiting"] for r in json.loads(capsys.readouterr().out)] == [44]
         assert main(["dead", "layers", "--json", *argv]) == 0
         assert len(json.loads(capsys.readouterr().out)) == 3
+
+        pytest.importorskip("httpx", reason="dynoqueue serve needs the 'server' extra")
+        from .test_server import CAMELLIA, Served
 
         served = Served(deployment.url, prefix=prefix)
         try:

@@ -460,7 +460,9 @@ def test_hooks_see_every_outcome(setup: Setup) -> None:
         ("dead", "flaky", "max_deliveries", "RuntimeError: gateway on delivery 2"),
         ("dead", "never", "cancelled", None)]
     durations = [c for c in calls if c[0] == "duration"]
-    assert len(durations) == 6 and ("duration", "ok", 0.2) in durations
+    ok = [seconds for _, message_id, seconds in durations if message_id == "ok"]
+    # Its handler sleeps 0.2 s (rounded to 0.1 s; a loaded box adds a little, never less).
+    assert len(durations) == 6 and len(ok) == 1 and 0.2 <= ok[0] <= 1.0, durations
 
 
 def test_stop_at_the_grace_deadline_leaves_a_running_message_leased(setup: Setup) -> None:
