@@ -29,7 +29,7 @@ from .model.sharding import (
     StaticShardSupplier,
     ZoneShardSupplier,
 )
-from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, RateLimit
 from .queue import DynoQueue
 from .queues import RedisQueues
 from .worker import Backoff, DeadLetterNow, Retry, Worker
@@ -56,6 +56,7 @@ __all__ = [
     "QueueClosedError",
     "QueuePolicy",
     "QuorumNotReachedError",
+    "RateLimit",
     "RedisOperationError",
     "RedisQueues",
     "RedisServerNotFoundError",

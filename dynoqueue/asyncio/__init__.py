@@ -20,10 +20,10 @@ sync and an async client share a queue.
 """
 
 from ..model.message import Message
-from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, RateLimit
 from ..worker.tasks import Worker
 from .queue import DynoQueue
 from .queues import RedisQueues
 
 __all__ = ["DeadLetter", "DynoQueue", "Message", "MessageInfo", "MessageState", "QueuePolicy",
-           "RedisQueues", "Worker"]
+           "RateLimit", "RedisQueues", "Worker"]

@@ -19,7 +19,15 @@ from .deadline import DeadlinePassed
 from .failures import timed_out
 from .replies import Claim, leased
 from .requests import QUORUM, BellState, Budget, Cancelled, Op, Ticket, WaitBell
-from .state import LATE, MATCH_PAGE_BYTES, MATCH_PAGE_IDS, SCRIPT_BATCH, QueueState, no_events
+from .state import (
+    LATE,
+    LIMITED,
+    MATCH_PAGE_BYTES,
+    MATCH_PAGE_IDS,
+    SCRIPT_BATCH,
+    QueueState,
+    no_events,
+)
 
 log = logging.getLogger("dynoqueue.queue")
 
@@ -198,6 +206,8 @@ class Consuming(QueueState, WaitingPop):
         missing = int(result[2])
         if missing:
             self._payload_missing(shard, missing)
+        if int(result[3]):  # the queue's limits held back a due message
+            self.events(self.name, LIMITED, 1)
         return got, missing, undecodable
 
     def _bury_undecodable(self, shard: str, ids: list[str]) -> Op[None]:

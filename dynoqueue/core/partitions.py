@@ -99,9 +99,10 @@ class PartitionedCore(WaitingPop):
         make = QueueCore
         self.base = make(name, settings, quorum_cluster=quorum_cluster,
                          replica_reads=replica_reads, policy=policy)
+        # Each partition stores its share of the queue-wide limits (QueuePolicy.share).
         self.parts = [make(name, settings, quorum_cluster=quorum_cluster,
-                           replica_reads=replica_reads, policy=policy, tag=tag)
-                      for tag in partition_tags(name, policy.partitions)]
+                           replica_reads=replica_reads, policy=policy.share(k), tag=tag)
+                      for k, tag in enumerate(partition_tags(name, policy.partitions))]
         if stored:
             for core in (self.base, *self.parts):
                 core.policy, core._policy_checked = None, True
@@ -580,8 +581,8 @@ class PartitionedCore(WaitingPop):
 
     def _set_policy(self, policy: QueuePolicy) -> Op[QueuePolicy | None]:
         previous = yield from self.base.set_policy(policy)
-        for part in self.parts:
-            yield from part.set_policy(policy)
+        for k, part in enumerate(self.parts):
+            yield from part.set_policy(policy.share(k))
         self.policy, self._checked = policy, True
         return previous
 

@@ -44,7 +44,7 @@ class Claim:
         got = 0
         # One loop per message of a 500-message reply: the delivery count and the receipt
         # (deliveries:claim ms, as claim.lua stores it) are set here, not through a helper call.
-        for i in range(3, len(result), 4):  # id, json, deliveries, due ms
+        for i in range(4, len(result), 4):  # id, json, deliveries, due ms (see claim.lua)
             try:
                 message = from_json(result[i + 1], shard)
             except InvalidMessageError:

@@ -37,6 +37,8 @@ MATCH_PAGE_IDS = 100
 MATCH_PAGE_BYTES = 1 << 20
 #: The event kind that carries one delivery's lateness in ms as its count.
 LATE = "late_ms"
+#: The event kind of a claim that the queue's limits (max_in_flight, rate_limit) held back.
+LIMITED = "limited"
 #: What a queue made without a factory checks of its server: nothing.
 _NO_SERVER_CHECK = ServerCheck("off")
 

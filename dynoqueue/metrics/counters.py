@@ -34,6 +34,8 @@ _HELP = {
     "expired": "Messages whose TTL ran out before any delivery (found by this process).",
     "payload_missing": "Ids this process found without payload (evicted) and dead-lettered "
                        "with reason payload-missing; also counted as dead_lettered.",
+    "limited": "Claims of this process that the queue's limits (max_in_flight, rate_limit) "
+               "held back while a message was due.",
 }
 
 

@@ -14,6 +14,7 @@ COUNTERS: dict[str, str] = {
     "dead_lettered": "dynoqueue_messages_dead_lettered",
     "expired": "dynoqueue_messages_expired",
     "payload_missing": "dynoqueue_messages_payload_missing",
+    "limited": "dynoqueue_pops_limited",
 }
 #: The core's event that feeds LATENESS: once per delivery, count = its lateness in ms.
 LATE_EVENT = "late_ms"

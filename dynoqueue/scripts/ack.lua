@@ -16,6 +16,7 @@
 --- @include "lib/groups.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/leases.lua"
+--- @include "lib/limits.lua"
 --- @include "lib/policy.lua"
 --- @include "lib/records.lua"
 local k = lifecycle_keys()
@@ -104,4 +105,5 @@ end
 -- The records hash goes with its last record (the pad alone is no record: see LIFE_PAD).
 if acked > 0 and redis.call('HLEN', k.life) == 1 then redis.call('HDEL', k.life, LIFE_PAD) end
 flush_waiting(k)
+leases_freed(k, p, acked)
 return acked

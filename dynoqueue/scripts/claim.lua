@@ -3,8 +3,9 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] shard index (1..n), [3] count (1..1000), [4] lease ms
 -- Returns: {now, ms until the next waiting message is due or lease of the shard ends (-1 if
---           none), ids dead-lettered as
---           'payload-missing', id1, json1, deliveries1, due1, id2, ...}; a receipt is
+--           none; when the queue's limits held the claim back: until a place may free),
+--           ids dead-lettered as 'payload-missing', 1 if the limits held back a message that
+--           was due (else 0), id1, json1, deliveries1, due1, id2, ...}; a receipt is
 --           deliveries:now; due: when it fell due, for delivery lateness: its queue zset score
 --           as text (due ms + priority / 100: the whole part is the due ms), or with strict
 --           priority the due ms as a number.
@@ -23,6 +24,7 @@
 --- @include "lib/ending.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/leases.lua"
+--- @include "lib/limits.lua"
 --- @include "lib/policy.lua"
 --- @include "lib/records.lua"
 --- @include "lib/strict.lua"
@@ -36,14 +38,33 @@ local p = policy_of(k)
 -- delivers them as the due messages they are, counting the delivery (SQS's visibility
 -- timeout), instead of at the unack reprocessor's next pass.
 requeue_leases(k, s, now, count)
+-- Queue-wide limits (QueuePolicy.max_in_flight, rate_limit): take what they allow now.
+local wake = nil
+if p.mif > 0 or p.rlc > 0 then
+  if p.mif > 0 then  -- every shard's ended leases first: they hold places until put back
+    for i = 1, k.n do if i ~= s then requeue_leases(k, i, now, count) end end
+  end
+  count, wake = limit_room(k, p, now, count)
+end
 local from, scored, split
 if p.strict then
   promote(k, s)
   from, split = k.ready(s), split_ready_score
-  scored = redis.call('ZRANGE', from, 0, count - 1, 'WITHSCORES')
+  if count > 0 then scored = redis.call('ZRANGE', from, 0, count - 1, 'WITHSCORES') end
 else
   from, split = k.queue(s), split_queue_score
-  scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'WITHSCORES', 'LIMIT', 0, count)
+  if count > 0 then
+    scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'WITHSCORES', 'LIMIT', 0,
+                        count)
+  end
+end
+if count <= 0 then  -- held back: was anything due?
+  if p.strict then
+    scored = redis.call('ZRANGE', from, 0, 0)
+  else
+    scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'LIMIT', 0, 1)
+  end
+  return {now, wake, 0, #scored > 0 and 1 or 0}
 end
 local ids, dues = {}, {}
 if p.strict then
@@ -59,7 +80,7 @@ else  -- the score as text: the client takes the due ms from it (no tonumber per
     dues[n] = scored[i + 1]
   end
 end
-local out = {now, -1, 0}
+local out = {now, -1, 0, 0}
 if #ids > 0 then
   local jsons = redis.call('HMGET', k.msg, unpack(ids))
   -- No record at all is common (every earlier delivery acked): then none is read.
@@ -112,6 +133,7 @@ if #ids > 0 then
   redis.call('ZREM', from, unpack(ids))  -- claimed, ended, or without payload: out of waiting
   if nl > 0 then
     redis.call('ZADD', k.unack(s), unpack(leases))
+    if p.rlc > 0 then started(k, p, now, records, 1, nl, 2) end
     if nl >= 2 * LIFE_PAD_FROM then  -- a hash table from the start (see LIFE_PAD)
       records[nl + 1] = LIFE_PAD
       records[nl + 2] = LIFE_PAD_VALUE
@@ -133,5 +155,8 @@ else
   local lease_end = earliest(k.unack(s))
   if lease_end and (not next_due or lease_end < next_due) then next_due = lease_end end
   if next_due then out[2] = math.max(0, math.ceil(next_due - now)) end
+end
+if wake and #ids >= count then  -- the limits held back what may be due: wait for a place
+  out[2], out[4] = wake, 1
 end
 return out

@@ -13,6 +13,7 @@
 --- @include "lib/doorbell.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/leases.lua"
+--- @include "lib/limits.lua"
 --- @include "lib/message.lua"
 --- @include "lib/policy.lua"
 --- @include "lib/records.lua"
@@ -108,4 +109,5 @@ for s = 1, k.n do
   end
   ids, receipts = rest, rest_receipts
 end
+leases_freed(k, p, again + dead)
 return {again, dead, missing}

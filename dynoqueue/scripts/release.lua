@@ -8,7 +8,9 @@
 --- @include "lib/clock.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/leases.lua"
+--- @include "lib/limits.lua"
 --- @include "lib/message.lua"
+--- @include "lib/policy.lua"
 --- @include "lib/records.lua"
 --- @include "lib/waiting.lua"
 local k = lifecycle_keys()
@@ -27,4 +29,5 @@ for i = 2, #ARGV, 2 do
     released = released + 1
   end
 end
+leases_freed(k, policy_of(k), released)
 return released

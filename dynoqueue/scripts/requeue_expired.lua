@@ -9,7 +9,10 @@
 --- @include "lib/clock.lua"
 --- @include "lib/keys.lua"
 --- @include "lib/leases.lua"
+--- @include "lib/limits.lua"
+--- @include "lib/policy.lua"
 local k = lifecycle_keys()
 local requeued, stale, dead, more = requeue_leases(k, tonumber(ARGV[2]), now_ms(ARGV[1]),
                                                    tonumber(ARGV[3]))
+leases_freed(k, policy_of(k), requeued + dead)
 return {requeued, stale, more, dead}

@@ -1,6 +1,7 @@
 -- Leases: which messages are leased, leasing them, putting back expired ones.
 --- @include "lib/dead.lua"
 --- @include "lib/ending.lua"
+--- @include "lib/limits.lua"
 --- @include "lib/message.lua"
 --- @include "lib/policy.lua"
 --- @include "lib/records.lua"
@@ -79,8 +80,9 @@ end
 
 -- Lease id (waiting in shard s, in zset from when known, its JSON read) for lease_ms: count
 -- the delivery, set the receipt. Returns the delivery count, or nil when its TTL had run out
--- (it ends instead).
+-- (it ends instead) or the queue's limits allow no delivery now (it stays waiting).
 local function lease(k, p, id, s, now, lease_ms, from)
+  if (p.mif > 0 or p.rlc > 0) and limit_room(k, p, now, 1) < 1 then return nil end
   if has_expiry(k) then
     local expires = redis.call('ZSCORE', k.expiry, id)
     if expires and tonumber(expires) <= now then
@@ -96,5 +98,6 @@ local function lease(k, p, id, s, now, lease_ms, from)
   save_life(k, id, rec)
   if from then redis.call('ZREM', from, id) else unwait(k, id, s) end
   redis.call('ZADD', k.unack(s), now + lease_ms, id)
+  started(k, p, now, {id}, 1, 1, 1)
   return rec.d
 end

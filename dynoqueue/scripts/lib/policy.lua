@@ -1,11 +1,13 @@
 -- The queue's stored policy.
 
 -- The queue's stored QueuePolicy (defaults when none is stored): max deliveries, TTL ms,
--- retention ms, dead-letter retention ms (0 = off), strict priority. Read once per script call.
+-- retention ms, dead-letter retention ms (0 = off), strict priority, max in flight (mif) and
+-- the rate limit (rlc deliveries per rlp ms; 0: none). Read once per script call.
 local POLICY = nil
 -- The policy stored as raw (nil: none stored, the defaults), kept as the call's POLICY.
 local function policy_from(raw)
-  local p = {max = 0, ttl = 0, ret = 0, dret = 604800000, strict = 0}
+  local p = {max = 0, ttl = 0, ret = 0, dret = 604800000, strict = 0, mif = 0, rlc = 0,
+             rlp = 0}
   if raw then
     local ok, doc = pcall(cjson.decode, raw)
     if ok and type(doc) == 'table' then
