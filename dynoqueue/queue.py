@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 from .core.factory import QueueBase
 from .core.layout import AnyCore
 from .core.requests import Op
+from .core.schedules import horizon_for
 from .io.sync import SyncDriver
 from .model.message import Message
+from .model.schedules import Schedule
 from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 
 T = TypeVar("T")
@@ -709,6 +711,66 @@ class DynoQueue(QueueBase):
             QuorumNotReachedError, RedisOperationError: as for :meth:`push`.
         """
         return self._run(self._core.set_policy(policy))
+
+    def schedule(self, schedule_id: str, *, payload: str | None = None, cron: str | None = None,
+                 every_ms: int | None = None, timezone: str = "UTC", priority: int = 0,
+                 catch_up: str = "once", start_at_ms: int | None = None) -> Schedule:
+        """Create or replace (upsert) a recurring message of this queue: each tick ``t`` (epoch
+        ms) becomes one message, id ``f"{schedule_id}@{t}"``, with ``payload`` and
+        ``priority``, due at ``t``. Sent once per tick by whichever factories run their
+        reprocessor (any number, in any zones; docs/semantics.md, "Schedules"). The first
+        ticks are queued at once; a replaced schedule's ticks not due yet are removed. Mirrors
+        bullmq's ``upsertJobScheduler``.
+
+        Args:
+            schedule_id: the schedule's name: a message id without ``@``.
+            payload: each tick's payload (str or None).
+            cron: a 5-field cron expression (minute hour day month weekday) or a nickname
+                (``@hourly``, ``@daily``, ``@weekly``, ``@monthly``, ``@yearly``), read in
+                ``timezone`` with DST handled (a skipped local time fires at the first minute
+                after the change, a repeated one once). Exactly one of cron and every_ms.
+            every_ms: an interval, ms, >= 1: ticks at ``start_at_ms + k * every_ms``.
+            timezone: the IANA zone of ``cron`` (default "UTC").
+            priority: each tick's priority, 0..99.
+            catch_up: ticks that fell due while no factory ran: "skip" (none), "once" (the
+                last one, due now; default), "all" (each, the latest 1,000).
+            start_at_ms: epoch ms: an interval schedule's first tick (default now); no cron
+                tick comes before it.
+
+        Returns:
+            The stored :class:`Schedule` (``next_due_ms``: the first tick not queued yet).
+
+        Raises:
+            InvalidArgumentError: a bad id, not exactly one of cron and every_ms, a bad cron
+                expression, time zone, interval, priority, catch_up or start (nothing written).
+            QueueClosedError, RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.schedule(
+            schedule_id, payload=payload, cron=cron, every_ms=every_ms, timezone=timezone,
+            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms,
+            horizon_ms=horizon_for(self._core.settings)))
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of this queue, by id (next tick, last tick queued).
+
+        Raises:
+            ConfigurationError: a stored record is unreadable.
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.schedules())
+
+    def unschedule(self, schedule_id: str) -> bool:
+        """Remove a schedule and the ticks it queued that are not due yet (ticks already due
+        or leased are left to their consumers). Mirrors bullmq's ``removeJobScheduler``.
+
+        Returns:
+            True if the schedule existed.
+
+        Raises:
+            InvalidArgumentError: ``schedule_id`` is not a non-empty str.
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.unschedule(schedule_id))
 
     def close(self) -> None:
         """Stop taking new work: later pushes and pops raise QueueClosedError, and waiting pops

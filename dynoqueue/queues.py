@@ -143,6 +143,18 @@ class RedisQueues(QueuesBase[DynoQueue]):
         """
         return self._driver.run(self._unack_pass())
 
+    def run_schedules(self) -> int:
+        """Run one schedule pass now (what the reprocessor does after each unack pass): every
+        queue with schedules (``P.SCHEDULED.QUEUES``) queues each schedule's ticks up to two
+        reprocessor intervals ahead (60 s without a reprocessor), each tick once however many
+        factories run passes (docs/semantics.md, "Schedules"). Errors of one queue are logged
+        and do not stop the others. Mirrors the scheduler loop of bullmq's job schedulers.
+
+        Returns:
+            How many tick messages were queued in all.
+        """
+        return self._driver.run(self._schedules_pass())
+
     def ping(self) -> dict[str, float]:
         """Check every connection the queues use, in one call: the quorum connection, the
         non-quorum (read) connection and, with the doorbell on, the pub/sub it relies on. Meant

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 from ..core.factory import QueueBase
 from ..core.layout import AnyCore
 from ..core.requests import Op
+from ..core.schedules import horizon_for
 from ..io.aio import AsyncDriver
 from ..model.message import Message
+from ..model.schedules import Schedule
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
 from ..queue import DynoQueue as SyncDynoQueue
 
@@ -192,6 +194,21 @@ class DynoQueue(QueueBase):
 
     async def set_policy(self, policy: QueuePolicy) -> QueuePolicy | None:
         return await self._run(self._core.set_policy(policy))
+
+    async def schedule(self, schedule_id: str, *, payload: str | None = None,
+                       cron: str | None = None, every_ms: int | None = None,
+                       timezone: str = "UTC", priority: int = 0, catch_up: str = "once",
+                       start_at_ms: int | None = None) -> Schedule:
+        return await self._run(self._core.schedule(
+            schedule_id, payload=payload, cron=cron, every_ms=every_ms, timezone=timezone,
+            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms,
+            horizon_ms=horizon_for(self._core.settings)))
+
+    async def schedules(self) -> list[Schedule]:
+        return await self._run(self._core.schedules())
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        return await self._run(self._core.unschedule(schedule_id))
 
     async def close(self) -> None:
         """See :meth:`dynoqueue.DynoQueue.close`."""

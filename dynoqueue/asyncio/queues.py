@@ -82,6 +82,10 @@ class RedisQueues(QueuesBase[DynoQueue]):
         """See :meth:`dynoqueue.RedisQueues.process_unacks`."""
         return await self._driver.run(self._unack_pass())
 
+    async def run_schedules(self) -> int:
+        """See :meth:`dynoqueue.RedisQueues.run_schedules`."""
+        return await self._driver.run(self._schedules_pass())
+
     async def ping(self) -> dict[str, float]:
         return await self._driver.run(self._ping())
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack, cast
 
 from ..errors import ConfigurationError, QueueClosedError
-from ..model.keys import QueueKeys, check_name, check_queue_name
+from ..model.keys import QueueKeys, check_name, check_queue_name, scheduled_queues
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
@@ -25,6 +25,7 @@ from .partitions import PartitionedCore
 from .preflight import ServerCheck
 from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op
+from .schedules import horizon_for
 from .state import no_events
 from .zones import ZoneWatch
 
@@ -322,7 +323,35 @@ class QueuesBase(Generic[Q]):
             yield from self._beat()
             return 0
         self._next_pass = now + self.unack_handler_interval_ms / 1000
-        return (yield from self._unack_pass())
+        put_back = yield from self._unack_pass()
+        yield from self._schedules_pass()
+        return put_back
+
+    def _schedules_pass(self) -> Op[int]:
+        """One schedule pass: every queue in the registry of scheduled queues
+        (``P.SCHEDULED.QUEUES``) queues its ticks ahead; one queue's error is logged, not
+        raised. Returns how many ticks were queued."""
+        registry = scheduled_queues(self.settings.key_prefix)
+        try:
+            raw = yield Command(QUORUM, ("SMEMBERS", registry))
+        except Exception:  # the reprocessor must survive anything
+            log.exception("reading the schedule registry %s failed", registry)
+            return 0
+        opened = {queue._core.name: queue._core for queue in self.queues() if not queue.closed}
+        horizon = horizon_for(self.settings)
+        total = 0
+        for name in sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw):
+            if self._closed:
+                break
+            core = opened.get(name) or self._discovered_core(name)
+            if core is None:
+                continue
+            try:
+                yield Budget(0)  # each queue's pass has a deadline of its own
+                total += yield from core.run_schedules(horizon)
+            except Exception:  # the reprocessor must survive anything
+                log.exception("the schedule pass failed for queue %s", name)
+        return total
 
     def _register_found(self, names: Sequence[str]) -> Op[list[str]]:
         """Add ``names`` (found by a SCAN) to the registry; return them."""

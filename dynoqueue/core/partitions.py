@@ -30,8 +30,10 @@ from ..errors import ConfigurationError, InvalidArgumentError
 from ..model import validate
 from ..model.message import Message
 from ..model.partitions import partition_of, partition_tags
+from ..model.schedules import Schedule
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from . import schedules
 from .consume import WaitingPop
 from .failures import guarded
 from .leases import id_receipt_pairs
@@ -565,6 +567,24 @@ class PartitionedCore(WaitingPop):
             yield from part.clear()
         yield from self.base.clear()
         self._checked = self.policy is None
+
+    # ----------------------------------------------------------------------------- schedules
+    # The records live in the base's keys; each tick goes to its message's partition.
+
+    def schedule(self, schedule_id: str, **definition: Any) -> Op[Schedule]:
+        return self._checked_op("schedule", schedules.upsert(
+            self.base, self.part_of, schedule_id, **definition))
+
+    def schedules(self) -> Op[list[Schedule]]:
+        return self._checked_op("schedules", schedules.listed(self.base))
+
+    def unschedule(self, schedule_id: str) -> Op[bool]:
+        return self._checked_op("unschedule",
+                                schedules.remove(self.base, self.part_of, schedule_id))
+
+    def run_schedules(self, horizon_ms: int) -> Op[int]:
+        return self._checked_op("run_schedules",
+                                schedules.run_pass(self.base, self.part_of, horizon_ms))
 
     def stored_policy(self) -> Op[QueuePolicy | None]:
         return self.base.stored_policy()

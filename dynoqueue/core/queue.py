@@ -21,10 +21,11 @@ from .consume import Consuming
 from .inspection import Inspecting
 from .leases import Leasing
 from .produce import Producing
+from .schedules import Scheduling
 from .upkeep import Upkeep
 
 
-class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep):
+class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep, Scheduling):
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 
     Constructed as :class:`~dynoqueue.core.state.QueueState` (same arguments and errors); each

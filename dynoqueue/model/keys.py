@@ -12,8 +12,9 @@ and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GROUPOF.Q``, ``
 ``P.GLINE.Q.G`` per ordered message group
 ``G`` with messages waiting behind its current one (:meth:`QueueKeys.group_line`: ``G`` is the
 group name with every byte but ``0-9 A-Z a-z _ : -`` written ``%XX``, so it has no dot or
-brace). Per prefix, not per queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue
-serve``'s Youzan protocol).
+brace). The schedules: ``P.SCHED.Q`` (records) and ``P.TICKS.Q`` (ticks queued). Per prefix,
+not per queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue serve``'s Youzan
+protocol) and ``P.SCHEDULED.QUEUES`` (:func:`scheduled_queues`).
 
 With ``hash_tag=True`` (Redis Cluster) the queue name is wrapped in braces, ``P.QUEUE.{Q}.S``, so
 every key of one queue hashes to one slot and each Lua script stays single-slot.
@@ -60,7 +61,7 @@ SEPARATOR = "."
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
     "EXPIRY", "SWEEP", "BORN", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
-    "SPARK", "YOUZAN", "RATE"})
+    "SPARK", "YOUZAN", "RATE", "SCHED", "TICKS", "SCHEDULED"})
 #: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
 #: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in
 #: scripts/lib/group_records.lua does.
@@ -332,6 +333,19 @@ class QueueKeys:
         and claim ms, score claim ms), for ``QueuePolicy.rate_limit``."""
         return self._extra("RATE")
 
+    @property
+    def schedules(self) -> str:
+        """``P.SCHED.Q``: hash schedule id -> its record (:mod:`dynoqueue.model.schedules`);
+        kept in the queue's one-partition slot."""
+        return self._extra("SCHED")
+
+    @property
+    def ticks(self) -> str:
+        """``P.TICKS.Q``: zset of the tick messages a schedule pass queued here (member the
+        message id, score the tick ms), so that a pass repeated after a crash queues none of
+        them twice; trimmed as the schedules move on."""
+        return self._extra("TICKS")
+
     def lifecycle_keys(self) -> list[str]:
         """What every lifecycle script takes, in this order: message hash, life, policy, dead,
         dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
@@ -366,6 +380,16 @@ def youzan_index(prefix: str) -> str:
         ConfigurationError: (a ValueError) a prefix :func:`check_name` refuses.
     """
     return f"{check_name('key prefix', prefix)}.YOUZAN.INDEX"
+
+
+def scheduled_queues(prefix: str) -> str:
+    """``P.SCHEDULED.QUEUES``: set of the queue names of prefix ``P`` that have schedules, which
+    every factory's schedule pass covers.
+
+    Raises:
+        ConfigurationError: (a ValueError) a prefix :func:`check_name` refuses.
+    """
+    return f"{check_name('key prefix', prefix)}.SCHEDULED.QUEUES"
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ WRITE_SCRIPTS = (
     "postpone",
     "heartbeat",
     "clear",
+    "sched_cas",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",
@@ -311,12 +312,41 @@ def source(name: str, doorbell: bool = True, sharded: bool = False) -> str:
     return text
 
 
+#: ``tick``: push.lua for a schedule pass's tick messages, each at most once per partition: a
+#: tick whose id the partition's tick log (``P.TICKS.Q``) holds is left out, the others are
+#: logged and pushed (keep mode), in one script, so a pass repeated after a crash between its
+#: push and the record's move (two slots on a partitioned Cluster queue) queues none twice.
+_TICK = """-- tick: push a schedule pass's tick messages that this partition has not queued before.
+-- KEYS: [1] the tick log (P.TICKS.Q), then push.lua's KEYS (QueueKeys.lifecycle_keys()).
+-- ARGV: [1] forget logged ticks below this ms (their schedules have moved past them), then
+--       push.lua's ARGV (mode keep).
+-- Returns: push.lua's reply for the ticks pushed ({now} when none was new).
+local function push(KEYS, ARGV)
+%s
+end
+local log = KEYS[1]
+redis.call('ZREMRANGEBYSCORE', log, '-inf', '(' .. ARGV[1])
+local keys, args = {}, {ARGV[2], ARGV[3]}
+for i = 2, #KEYS do keys[i - 1] = KEYS[i] end
+for i = 4, #ARGV, 9 do
+  if not redis.call('ZSCORE', log, ARGV[i]) then
+    redis.call('ZADD', log, ARGV[i + 5], ARGV[i])
+    for j = 0, 8 do args[#args + 1] = ARGV[i + j] end
+  end
+end
+if #args == 2 then return {0} end
+return push(keys, args)
+"""
+
+
 @cache
 def load(doorbell: bool = True, sharded: bool = False) -> dict[str, Script]:
-    """Every script by name, with its SHA1, for one doorbell setting (see :func:`source`)."""
+    """Every script by name, with its SHA1, for one doorbell setting (see :func:`source`);
+    also ``tick``, push.lua behind a schedule's tick log."""
+    texts = {name: source(name, doorbell, sharded) for name in WRITE_SCRIPTS + READ_SCRIPTS}
+    texts["tick"] = _TICK % texts["push"]
     out = {}
-    for name in WRITE_SCRIPTS + READ_SCRIPTS:
-        text = source(name, doorbell, sharded)
+    for name, text in texts.items():
         sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
         out[name] = Script(name, text, sha)
     return out

@@ -1,0 +1,216 @@
+"""Recurring schedules (``DynoQueue.schedule``): ticks, time zones and DST, catch-up, and each
+tick sent exactly once however many factories run passes. Both APIs, real redis-server."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import dynoqueue.asyncio as dqa
+from dynoqueue import (
+    InvalidArgumentError,
+    QueuePolicy,
+    RedisQueues,
+    StaticShardSupplier,
+)
+from dynoqueue.embedded import RedisServer
+from dynoqueue.model.schedules import Schedule, new_schedule, plan
+
+from .apis import Bridge
+from .conftest import FakeClock
+
+SHARDS = ["a", "b", "c"]
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def _schedule(**kwargs: Any) -> Schedule:
+    defaults: dict[str, Any] = {"payload": None, "cron": None, "every_ms": None,
+                                "timezone": "UTC", "priority": 0, "catch_up": "once",
+                                "start_at_ms": None, "now_ms": 1_000_000}
+    return new_schedule("s", **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize("bad", [
+    {}, {"cron": "* * * * *", "every_ms": 1000}, {"cron": "61 * * * *"},
+    {"cron": "* * * *"}, {"every_ms": 0}, {"every_ms": True}, {"every_ms": 10, "priority": 100},
+    {"every_ms": 10, "catch_up": "some"}, {"cron": "@daily", "timezone": "Mars/Olympus"},
+    {"every_ms": 10, "payload": 5}, {"every_ms": 10, "start_at_ms": -1},
+])
+def test_a_bad_definition_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        _schedule(**bad)
+    with pytest.raises(InvalidArgumentError, match="@"):
+        new_schedule("a@b", payload=None, cron=None, every_ms=10, timezone="UTC", priority=0,
+                     catch_up="once", start_at_ms=None, now_ms=0)
+
+
+def test_interval_ticks_and_a_pass_queues_ahead_at_least_one() -> None:
+    s = _schedule(every_ms=200, start_at_ms=1_000)
+    first = plan(s, 1_000, 1_000)
+    assert first.ticks == [1_000, 1_200, 1_400, 1_600, 1_800, 2_000]
+    assert first.after.next_due_ms == 2_200 and first.after.last_sent_ms == 2_000
+    assert plan(first.after, 1_100, 800).ticks == []  # 2,000 still waits to come due
+    assert plan(first.after, 2_100, 0).ticks == [2_200]  # at least one always waits
+    hourly = _schedule(cron="@hourly", now_ms=1_000)
+    assert plan(hourly, 1_000, 1_000).ticks == [3_600_000]
+
+
+def _local(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, BERLIN).strftime("%m-%d %H:%M %Z")
+
+
+def test_a_berlin_cron_ticks_once_a_day_across_both_dst_changes() -> None:
+    spring = int(datetime(2026, 3, 27, 12, tzinfo=BERLIN).timestamp() * 1000)
+    s = _schedule(cron="30 2 * * *", timezone="Europe/Berlin", now_ms=spring)
+    ticks: list[int] = []
+    now = spring
+    for _ in range(8 * 24):  # a pass every hour for 8 days, one hour ahead
+        done = plan(s, now, 3_600_000)
+        ticks += done.ticks
+        s = done.after
+        now += 3_600_000
+    assert [_local(t) for t in ticks[:5]] == [
+        "03-28 02:30 CET", "03-29 03:00 CEST", "03-30 02:30 CEST", "03-31 02:30 CEST",
+        "04-01 02:30 CEST"]
+    days = [datetime.fromtimestamp(t / 1000, BERLIN).date() for t in ticks]
+    assert len(ticks) == len(set(ticks)) and len(days) == len(set(days))  # once a day
+    assert all((b - a).days == 1 for a, b in zip(days, days[1:]))  # every day
+    autumn = int(datetime(2026, 10, 23, 12, tzinfo=BERLIN).timestamp() * 1000)
+    s = _schedule(cron="30 2 * * *", timezone="Europe/Berlin", now_ms=autumn)
+    ticks = []
+    for hour in range(5 * 24):
+        done = plan(s, autumn + hour * 3_600_000, 3_600_000)
+        ticks += done.ticks
+        s = done.after
+    assert [_local(t) for t in ticks][:5] == [
+        "10-24 02:30 CEST", "10-25 02:30 CEST", "10-26 02:30 CET", "10-27 02:30 CET",
+        "10-28 02:30 CET"]
+    assert len(ticks) == len(set(ticks))
+
+
+@pytest.mark.parametrize("catch_up, expected", [
+    ("skip", []), ("once", [2_800]), ("all", [1_000, 1_200, 1_400, 1_600, 1_800, 2_000, 2_200,
+                                              2_400, 2_600, 2_800])])
+def test_missed_ticks_follow_catch_up(catch_up: str, expected: list[int]) -> None:
+    s = _schedule(every_ms=200, start_at_ms=1_000, catch_up=catch_up)
+    done = plan(s, 2_900, 0)  # nothing ran from 1,000 to 2,900
+    assert done.ticks == [*expected, 3_000]
+
+
+# ---------------------------------------------------------------------------- on a server
+
+
+@pytest.fixture(params=["sync", "async"])
+def factories(request: pytest.FixtureRequest, redis_server: RedisServer,
+              bridge: Bridge) -> Iterator[Callable[..., Any]]:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    made: list[Any] = []
+
+    def make(local: str = "a", **options: Any) -> Any:
+        settings = {"key_prefix": prefix, "unack_handler_interval_ms": 0, **options}
+        supplier = StaticShardSupplier(SHARDS, local)
+        if request.param == "async":
+            queues: Any = bridge.wrap_factory(dqa.RedisQueues.from_url(
+                redis_server.url, shard_supplier=supplier, **settings))
+        else:
+            queues = RedisQueues.from_url(redis_server.url, shard_supplier=supplier, **settings)
+        made.append(queues)
+        return queues
+
+    yield make
+    for queues in made:
+        try:
+            queues.close()
+        except Exception:  # closed by the test already
+            pass
+
+
+def test_schedule_queues_ticks_that_come_due_as_messages(factories: Callable[..., Any]) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    queues = factories(clock=clock)
+    q = queues.get("reminders")
+    made = q.schedule("beat", payload="tick", every_ms=1000, priority=3)
+    assert made.every_ms == 1000 and made.payload == "tick" and made.priority == 3
+    assert made.next_due_ms > clock.now_ms  # the first ticks are queued at once
+    assert q.size() >= 2
+    start = clock.now_ms
+    first = q.unsafe_pop_all_shards(10)  # an interval's first tick is its start: now
+    assert [m.id for m in first] == [f"beat@{start}"]
+    clock.advance(2_000)
+    got = first + q.unsafe_pop_all_shards(10)
+    assert sorted(m.id for m in got) == [f"beat@{start + k * 1000}" for k in range(3)]
+    assert {(m.payload, m.priority) for m in got} == {("tick", 3)}
+    assert [s.id for s in q.schedules()] == ["beat"]
+    # Replacing it drops the old definition's queued ticks; removing it drops its own.
+    q.ack_many(got)
+    q.schedule("beat", payload="new", every_ms=5000)
+    assert {m.payload for m in q.peek(100)} <= {"new"}
+    assert q.unschedule("beat") and not q.unschedule("beat")
+    assert q.schedules() == [] and q.size() == 0
+
+
+def test_bad_input_writes_nothing(factories: Callable[..., Any]) -> None:
+    q = factories().get("strict")
+    with pytest.raises(InvalidArgumentError):
+        q.schedule("x", cron="not cron")
+    with pytest.raises(InvalidArgumentError):
+        q.schedule("x", every_ms=10, catch_up="never")
+    assert q.schedules() == [] and q.size() == 0
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_five_factories_in_three_zones_send_each_tick_once(
+        factories: Callable[..., Any], partitions: int) -> None:
+    """Five factories run passes at random moments for ~4 s and are replaced at random
+    (closed and made anew, as a process killed and restarted); a consumer takes every tick.
+    Every 200 ms tick from the first to the last is delivered exactly once."""
+    policy = QueuePolicy(partitions=partitions)
+    first = factories("a", policy=policy)
+    q = first.get("beats")
+    made = q.schedule("b", every_ms=200)
+    start = made.next_due_ms - 0  # the first tick queued is the start (on the grid)
+    delivered: list[str] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def passes(zone: str) -> None:
+        rng = random.Random(zone)
+        queues = factories(zone, policy=policy)
+        try:
+            while not stop.is_set():
+                queues.run_schedules()
+                if rng.random() < 0.2:  # "killed" and restarted
+                    queues.close()
+                    queues = factories(zone, policy=policy)
+                time.sleep(rng.uniform(0.01, 0.3))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def consume() -> None:
+        while not stop.is_set():
+            got = q.unsafe_pop_all_shards(50, wait_ms=100)
+            delivered.extend(m.id for m in got)
+            q.ack_many(got)
+
+    threads = [threading.Thread(target=passes, args=(SHARDS[i % 3],)) for i in range(5)]
+    threads.append(threading.Thread(target=consume))
+    for thread in threads:
+        thread.start()
+    time.sleep(4)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert not errors, errors
+    ticks = sorted(int(i.split("@")[1]) for i in delivered)
+    assert len(delivered) == len(set(delivered)), "a tick was sent twice"
+    assert len(ticks) >= 15
+    assert ticks == [start - (start - ticks[0]) + k * 200 for k in range(len(ticks))], \
+        "a tick between the first and the last was missed"
