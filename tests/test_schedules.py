@@ -3,6 +3,7 @@ tick sent exactly once however many factories run passes. Both APIs, real redis-
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -82,7 +83,7 @@ def test_a_berlin_cron_ticks_once_a_day_across_both_dst_changes() -> None:
         "04-01 02:30 CEST"]
     days = [datetime.fromtimestamp(t / 1000, BERLIN).date() for t in ticks]
     assert len(ticks) == len(set(ticks)) and len(days) == len(set(days))  # once a day
-    assert all((b - a).days == 1 for a, b in zip(days, days[1:]))  # every day
+    assert all((b - a).days == 1 for a, b in itertools.pairwise(days))  # every day
     autumn = int(datetime(2026, 10, 23, 12, tzinfo=BERLIN).timestamp() * 1000)
     s = _schedule(cron="30 2 * * *", timezone="Europe/Berlin", now_ms=autumn)
     ticks = []
@@ -214,3 +215,83 @@ def test_five_factories_in_three_zones_send_each_tick_once(
     assert len(ticks) >= 15
     assert ticks == [start - (start - ticks[0]) + k * 200 for k in range(len(ticks))], \
         "a tick between the first and the last was missed"
+
+
+_PASSER = """
+import sys, time
+from dynoqueue import RedisQueues, StaticShardSupplier
+url, prefix, zone = sys.argv[1:4]
+queues = RedisQueues.from_url(url, key_prefix=prefix, unack_handler_interval_ms=100,
+                              shard_supplier=StaticShardSupplier(["a", "b", "c"], zone))
+queues.get("beats")
+print("up", flush=True)
+time.sleep(3600)  # the reprocessor thread runs a schedule pass every 100 ms until killed
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_processes_in_three_zones_send_each_tick_once(
+        redis_server: RedisServer, tmp_path: Any) -> None:
+    """Five processes in three zones run schedule passes every 100 ms (their reprocessors);
+    one is SIGKILLed and started again every ~0.7 s, at any point of its passes. Over 20 s each
+    200 ms tick from the first to the last is delivered exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    script = tmp_path / "passer.py"
+    script.write_text(_PASSER)
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1])}
+
+    def start(zone: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, str(script), redis_server.url, prefix, zone],
+                                stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
+        return proc
+
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix, unack_handler_interval_ms=0,
+                              shard_supplier=StaticShardSupplier(SHARDS, "a")) as queues:
+        q = queues.get("beats")
+        procs = [start(SHARDS[i % 3]) for i in range(5)]
+        # Made by a factory of the passers' interval (so its first pass queues ~1.2 s ahead,
+        # not a minute), closed at once: from then on only the passers queue ticks.
+        with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                                  unack_handler_interval_ms=100,
+                                  shard_supplier=StaticShardSupplier(SHARDS, "b")) as setup:
+            made = setup.get("beats").schedule("b", every_ms=200)
+        assert made.start_at_ms is not None and made.next_due_ms - made.start_at_ms < 2_000
+        delivered: list[str] = []
+        rng = random.Random(7)
+        kills = 0
+        try:
+            ends = time.monotonic() + 20
+            next_kill = time.monotonic() + 0.7
+            while time.monotonic() < ends:
+                got = q.unsafe_pop_all_shards(50, wait_ms=100)
+                delivered.extend(m.id for m in got)
+                q.ack_many(got)
+                if time.monotonic() >= next_kill:
+                    i = rng.randrange(5)
+                    procs[i].send_signal(signal.SIGKILL)
+                    procs[i].wait()
+                    kills += 1
+                    procs[i] = start(SHARDS[i % 3])
+                    next_kill = time.monotonic() + rng.uniform(0.3, 1.1)
+            end_ms = made.start_at_ms + 20_000 - 1_000  # ticks surely due by now
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # what fell due last
+                got = q.unsafe_pop_all_shards(50, wait_ms=100)
+                delivered.extend(m.id for m in got)
+                q.ack_many(got)
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+    ticks = sorted(int(i.split("@")[1]) for i in delivered)
+    assert kills >= 15
+    assert len(delivered) == len(set(delivered)), "a tick was sent twice"
+    assert ticks[0] == made.start_at_ms
+    expected = list(range(made.start_at_ms, end_ms, 200))
+    assert [t for t in ticks if t < end_ms] == expected, "a tick was missed"
