@@ -114,7 +114,7 @@ def test_wheel_holds_the_package_its_data_and_nothing_else(built: Built) -> None
     assert set(metadata.get_all("Provides-Extra") or []) == _declared_extras()
     requires = metadata.get_all("Requires-Dist") or []
     core = sorted(r for r in requires if "extra ==" not in r)
-    assert [r.split(">")[0].strip() for r in core] == ["orjson", "redis"], core
+    assert [r.split(">")[0].strip() for r in core] == ["cronsim", "orjson", "redis"], core
     assert "dynoqueue = dynoqueue.cli:main" in entry_points
 
 
