@@ -4,6 +4,7 @@ tick sent exactly once however many factories run passes. Both APIs, real redis-
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import threading
 import time
@@ -295,3 +296,23 @@ def test_sigkilled_processes_in_three_zones_send_each_tick_once(
     assert ticks[0] == made.start_at_ms
     expected = list(range(made.start_at_ms, end_ms, 200))
     assert [t for t in ticks if t < end_ms] == expected, "a tick was missed"
+
+
+def test_the_ops_cli_lists_schedules(redis_server: RedisServer,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from dynoqueue.cli import main
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as queues:
+        queues.get("mail").schedule("digest", cron="@daily", timezone="Europe/Berlin")
+        queues.get("beats").schedule("b", every_ms=500)
+    argv = ["--url", redis_server.url, "--prefix", prefix]
+    assert main(["schedules", "--json", *argv]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["queue"], r["schedule"], r["cron"], r["every_ms"]) for r in rows] == [
+        ("beats", "b", None, 500), ("mail", "digest", "0 0 * * *", None)]
+    assert all(r["next_due_ms"] > 0 for r in rows)
+    assert main(["schedules", "mail", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "digest" in out and "Europe/Berlin" in out and "beats" not in out

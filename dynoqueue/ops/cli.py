@@ -1,5 +1,5 @@
-"""The argparse side of the ops subcommands: ``dynoqueue stats|peek|get|dead|redrive|remove|
-purge|top|policy|discover`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
+"""The argparse side of the ops subcommands: ``dynoqueue stats|schedules|peek|get|dead|redrive|
+remove|purge|top|policy|discover`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
 
 Exit codes: 0 done; 1 the queue or message does not exist, nothing to redrive, or a
 destructive command was not confirmed; 2 bad usage, Redis unreachable or the credentials
@@ -59,6 +59,13 @@ def _add_reading(subparsers: Any) -> None:
                    "deliveries, due time, lease expiry, last error).")
     get.add_argument("queue", metavar="QUEUE")
     get.add_argument("id", metavar="ID")
+
+    scheduled = _command(subparsers, "schedules", commands.schedules,
+                         "each schedule: cron or interval, next tick, last tick sent",
+                         "List the recurring schedules of the queues named (without names, of "
+                         "every queue that has one): the definition, the next tick not queued "
+                         "yet and the last tick queued.")
+    scheduled.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to show")
 
     dead = _command(subparsers, "dead", commands.dead, "a queue's dead letters with reasons",
                     "List dead letters, oldest first: reason, deliveries, when, last error.")

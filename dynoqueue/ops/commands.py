@@ -10,6 +10,7 @@ from typing import Any
 
 from ..connect.urls import redact_url
 from ..metrics.stats import QueueStats, read_stats
+from ..model.keys import scheduled_queues
 from ..model.states import MessageInfo, QueuePolicy
 from . import render
 from .session import (
@@ -61,6 +62,39 @@ def stats(args: argparse.Namespace) -> int:
     else:
         render.show(render.table(f"dynoqueue queues at {where} (prefix {args.prefix})",
                                  fields, [[r[f] for f in fields] for r in rows]))
+    return EXIT_OK
+
+
+#: The keys of one ``schedules --json`` object, in order.
+SCHEDULE_FIELDS = ("queue", "schedule", "cron", "every_ms", "timezone", "next_due_ms",
+                   "last_sent_ms", "catch_up", "priority")
+
+
+def schedules(args: argparse.Namespace) -> int:
+    """``schedules [QUEUE...]``: each schedule's definition, next tick and last tick sent (every
+    queue with schedules without names)."""
+    where = redact_url(args.url)
+    with opened(args) as queues:
+        names = list(args.queues)
+        for name in names:
+            existing_queue(queues, name, where)
+        if not names:
+            raw = queues.quorum_conn.smembers(scheduled_queues(queues.key_prefix))
+            names = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
+        rows = [{"queue": name, "schedule": s.id, "cron": s.cron, "every_ms": s.every_ms,
+                 "timezone": s.timezone, "next_due_ms": s.next_due_ms,
+                 "last_sent_ms": s.last_sent_ms, "catch_up": s.catch_up,
+                 "priority": s.priority}
+                for name in names for s in queues.get(name).schedules()]
+    if args.json:
+        render.emit_json(rows)
+    else:
+        shown = ("queue", "schedule", "when", "timezone", "next tick", "last sent", "catch_up")
+        render.show(render.table(
+            f"dynoqueue schedules at {where} (prefix {args.prefix})", shown,
+            [[r["queue"], r["schedule"], r["cron"] or f"every {r['every_ms']} ms",
+              r["timezone"], _when(r["next_due_ms"]), _when(r["last_sent_ms"]),
+              r["catch_up"]] for r in rows]))
     return EXIT_OK
 
 
