@@ -146,6 +146,33 @@ def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page,
         ".textContent === '0'", timeout=15_000)
 
 
+def test_dashboard_shows_a_queues_limits_and_schedules(server: Served, page: Page,
+                                                       redis_server: RedisServer) -> None:
+    from dynoqueue import Message, QueuePolicy, RateLimit, RedisQueues
+
+    topic = f"paced-{uuid.uuid4().hex[:6]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=server.prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get(topic, QueuePolicy(max_in_flight=1, rate_limit=RateLimit(50, 1000)))
+        q.push([Message("one"), Message("two")])
+        assert len(q.pop(2)) == 1  # the second is held back: counted in Redis
+        q.schedule("digest", cron="0 6 * * *", timezone="Europe/Berlin")
+    doc = server.http.get("/api/queues").json()
+    (found,) = [x for x in doc["queues"] if x["queue"] == topic]
+    assert found["limits"] == {"max_in_flight": 1, "rate_limit": {"count": 50, "per_ms": 1000}}
+    assert found["limited"] == 1
+    assert [x["schedule"] for x in found["schedules"]] == ["digest"]
+
+    page.goto(server.base + "/#token=dash-token")
+    page.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+    page.click(f"#queues tr[data-queue='{topic}']")
+    page.wait_for_selector("#schedules tbody tr.schedule", timeout=15_000)
+    assert page.inner_text("#limits") == ("Limits: at most 1 in flight, at most 50 deliveries "
+                                          "per 1000 ms; pops held back: 1")
+    assert "digest" in page.inner_text("#schedules tbody")
+    assert "0 6 * * *" in page.inner_text("#schedules tbody")
+
+
 def test_dashboard_asks_for_the_token_with_a_form(server: Served, browser: Browser) -> None:
     topic = f"login-{uuid.uuid4().hex[:6]}"
     server.camellia("sendMsg", topic=topic, msg="x", delayMillis=0)

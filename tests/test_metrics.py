@@ -264,10 +264,12 @@ def test_scrape_of_100_queues_by_3_shards_costs_bounded_round_trips(
         assert all(s.total("waiting") == 3 for s in stats)
         scans = cost.round_trips - 2
         assert 1 <= scans <= 1 + int(probe.dbsize()) // 1000 + 1
-        assert cost.commands == scans + 1 + 100 * (1 + 1 + 3 * 13)  # TIME, GET policy, ...
+        # TIME; per queue its policy and schedules, its dead letters and limited count, ...
+        assert cost.commands == scans + 1 + 100 * (2 + 2 + 3 * 13)
         # What Redis counted, beside the probe's own INFO (and a connection's HELLO).
         assert {k: v for k, v in sent.items() if v and k not in ("info", "hello")} == {
-            "scan": scans, "time": 1, "get": 100, "zcard": 100 * (1 + 3 * 2), "zrange": 100 * 3,
+            "scan": scans, "time": 1, "get": 200, "hgetall": 100, "zcard": 100 * (1 + 3 * 2),
+            "zrange": 100 * 3,
             "zcount": 100 * 3 * 10}
         print(f"\nscrape of 100 queues x 3 shards: {cost.round_trips} round trips "
               f"({scans} SCAN), {cost.commands} commands, {cost.seconds * 1000:.1f} ms")

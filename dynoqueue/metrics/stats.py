@@ -2,8 +2,9 @@
 
 One read of any number of queues costs: the SCAN pages that list the queues (only when no names
 are given; :func:`dynoqueue.core.listing.queue_names`), one ``TIME``, and one pipeline of
-read-only commands (13 per queue, partition and shard, 1 more per queue and partition), after
-the ``TIME`` and each queue's stored policy (which names its partitions) in one pipeline. On
+read-only commands (13 per queue, partition and shard, 2 more per queue and partition), after
+the ``TIME``, each queue's stored policy (which names its partitions and limits) and its
+schedules in one pipeline. On
 Redis Cluster redis-py sends each pipeline to each primary once. Nothing is written and no
 script runs. A partitioned queue's figures are summed over its partitions, shard by shard; the
 partitions' own are in :attr:`QueueStats.partitions`.
@@ -19,6 +20,7 @@ the Cluster client's routing. :func:`read_stats` reads through a sync factory,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +38,8 @@ from ..core.requests import READ, Op, Pipeline
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from ..model.partitions import partition_keys
-from ..model.states import stored_partitions
+from ..model.schedules import Schedule
+from ..model.states import QueuePolicy, stored_partitions
 from .names import WAITING_BUCKETS
 
 #: Commands per queue and shard in the pipeline (ZCARD, ZCOUNT ready, oldest, ZCARD unack,
@@ -82,6 +85,10 @@ class QueueStats:
             ``partition`` set), in partition order; empty for a queue of one partition.
         partition: which partition of its queue these figures are (0-based), or None for a
             whole queue.
+        policy: the queue's stored policy (its limits among it), None when none is stored.
+        limited: claims the queue's limits held back while a message was due, since the
+            queue's last ``clear()`` (every process's: a counter in Redis).
+        schedules: the queue's recurring schedules, by id.
     """
 
     queue: str
@@ -89,6 +96,9 @@ class QueueStats:
     shards: list[ShardStats]
     partitions: list[QueueStats] = field(default_factory=list)
     partition: int | None = None
+    policy: QueuePolicy | None = None
+    limited: int = 0
+    schedules: list[Schedule] = field(default_factory=list)
 
     def total(self, name: str) -> int:
         """The sum over shards of ``name`` (waiting, ready, delayed or leased)."""
@@ -135,6 +145,7 @@ def plan(queues: Any, layouts: Sequence[Sequence[QueueKeys]], now_ms: int
     for layout in layouts:
         for keys in layout:
             commands.append(("ZCARD", keys.dead))
+            commands.append(("GET", keys.limited))
             for shard in queues.shards:
                 qkey = keys.queue_shard(shard)
                 commands += [("ZCARD", qkey), ("ZCOUNT", qkey, "-inf", due_bound),
@@ -156,7 +167,8 @@ def decode(queues: Any, names: Sequence[str], layouts: Sequence[Sequence[QueueKe
         parts: list[QueueStats] = []
         for index in range(len(layout)):
             dead = int(replies[at])
-            at += 1
+            limited = int(replies[at + 1] or 0)
+            at += 2
             shards: list[ShardStats] = []
             for shard in queues.shards:
                 waiting, ready, oldest, leased = replies[at:at + 4]
@@ -173,7 +185,8 @@ def decode(queues: Any, names: Sequence[str], layouts: Sequence[Sequence[QueueKe
                     waiting_buckets={b[0]: int(n) for b, n in zip(WAITING_BUCKETS, counts,
                                                                     strict=True)}))
             parts.append(QueueStats(queue=name, dead=dead, shards=shards,
-                                    partition=index if len(layout) > 1 else None))
+                                    partition=index if len(layout) > 1 else None,
+                                    limited=limited))
         out.append(parts[0] if len(parts) == 1 else _summed(name, parts))
     return out
 
@@ -192,7 +205,7 @@ def _summed(name: str, parts: list[QueueStats]) -> QueueStats:
             oldest_ready_age_ms=max(s.oldest_ready_age_ms for s in column),
             waiting_buckets=buckets))
     return QueueStats(queue=name, dead=sum(p.dead for p in parts), shards=shards,
-                      partitions=parts)
+                      partitions=parts, limited=sum(p.limited for p in parts))
 
 
 def _counted(listing: CallOp[list[str]], cost: ReadCost) -> CallOp[list[str]]:
@@ -220,11 +233,13 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
     another (on a Cluster, each sent to each primary once)."""
     try:
         bases = [queues.keys_of(name) for name in names]
-        first = yield Pipeline(READ, [("TIME",), *(("GET", keys.policy) for keys in bases)])
+        first = yield Pipeline(READ, [("TIME",), *(command for keys in bases for command in (
+            ("GET", keys.policy), ("HGETALL", keys.schedules)))])
         (seconds, micros), *stored = first
         now_ms = int(seconds) * 1000 + int(micros) // 1000
+        policies, schedules = stored[0::2], stored[1::2]
         layouts = [partition_keys(keys, stored_partitions(raw))
-                   for keys, raw in zip(bases, stored, strict=True)]
+                   for keys, raw in zip(bases, policies, strict=True)]
         commands = plan(queues, layouts, now_ms)
         replies = yield Pipeline(READ, list(commands))
     except ACCESS_DENIED as exc:
@@ -234,8 +249,27 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError("stats", names[0], str(exc)) from exc
     cost.round_trips += 2
-    cost.commands += 1 + len(names) + len(commands)
-    return decode(queues, names, layouts, now_ms, replies)
+    cost.commands += 1 + 2 * len(names) + len(commands)
+    return [dataclasses.replace(stats, policy=_policy(raw), schedules=_schedules(found))
+            for stats, raw, found in zip(decode(queues, names, layouts, now_ms, replies),
+                                         policies, schedules, strict=True)]
+
+
+def _policy(raw: Any) -> QueuePolicy | None:
+    try:
+        return QueuePolicy.from_json(raw) if raw else None
+    except ValueError:  # unreadable: the queue's own calls say so
+        return None
+
+
+def _schedules(found: Any) -> list[Schedule]:
+    out = []
+    for sid, raw in dict(found or {}).items():
+        try:
+            out.append(Schedule.from_json(sid.decode() if isinstance(sid, bytes) else sid, raw))
+        except ValueError:  # unreadable: the queue's own calls say so
+            continue
+    return sorted(out, key=lambda s: s.id)
 
 
 async def list_queues_async(queues: Any) -> list[str]:

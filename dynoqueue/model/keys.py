@@ -8,7 +8,7 @@ For a queue ``Q`` under prefix ``P`` with shard ``S`` (the dyno-queues v1 layout
 
 Beside them, with the same hash tag, the lifecycle keys (see :meth:`QueueKeys.lifecycle_keys`)
 and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GROUPOF.Q``, ``P.GHEAD.Q``,
-``P.GSEQ.Q``, ``P.GSWEEP.Q``, ``P.GWAIT.Q``, the rate limit's log ``P.RATE.Q``, and one
+``P.GSEQ.Q``, ``P.GSWEEP.Q``, ``P.GWAIT.Q``, the limits' ``P.RATE.Q`` and ``P.LIMITED.Q``, and one
 ``P.GLINE.Q.G`` per ordered message group
 ``G`` with messages waiting behind its current one (:meth:`QueueKeys.group_line`: ``G`` is the
 group name with every byte but ``0-9 A-Z a-z _ : -`` written ``%XX``, so it has no dot or
@@ -61,7 +61,7 @@ SEPARATOR = "."
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
     "EXPIRY", "SWEEP", "BORN", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
-    "SPARK", "YOUZAN", "RATE", "SCHED", "TICKS", "SCHEDULED"})
+    "SPARK", "YOUZAN", "RATE", "LIMITED", "SCHED", "TICKS", "SCHEDULED"})
 #: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
 #: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in
 #: scripts/lib/group_records.lua does.
@@ -334,6 +334,12 @@ class QueueKeys:
         return self._extra("RATE")
 
     @property
+    def limited(self) -> str:
+        """``P.LIMITED.Q``: how many claims the queue's limits held back while a message was
+        due (a counter the claim scripts increment; stats and the dashboard show it)."""
+        return self._extra("LIMITED")
+
+    @property
     def schedules(self) -> str:
         """``P.SCHED.Q``: hash schedule id -> its record (:mod:`dynoqueue.model.schedules`);
         kept in the queue's one-partition slot."""
@@ -351,14 +357,15 @@ class QueueKeys:
         dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
         group sweep cursor, born, group line base (a name, not a key), group waiting counts,
         then every queue shard, every unack shard, every ready shard, and last the rate log
-        (the prelude's ``lifecycle_keys()`` names them). The group lines are not among them:
-        scripts name them from the base (same hash tag, so same Cluster slot)."""
+        and the limited counter (the prelude's ``lifecycle_keys()`` names them). The group
+        lines are not among them: scripts name them from the base (same hash tag, so same
+        Cluster slot)."""
         return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
                 self.ended, self.ended_at, self.expiry, self.sweep_cursor,
                 self.group_of, self.group_head, self.group_seq, self.group_sweep_cursor,
                 self.born, self.group_line_base, self.group_waiting,
                 *self.all_queue_shards, *self.all_unack_shards,
-                *(self.ready_shard(s) for s in self.shards), self.rate]
+                *(self.ready_shard(s) for s in self.shards), self.rate, self.limited]
 
     def every_key(self) -> list[str]:
         """Every fixed key a queue may have: the v1 keys, then the lifecycle and ordering keys.

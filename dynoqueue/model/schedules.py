@@ -234,3 +234,11 @@ def plan(schedule: Schedule, now_ms: int, horizon_ms: int) -> Pass:
                      schedule.payload, schedule.priority, schedule.catch_up,
                      schedule.start_at_ms, nxt, last)
     return Pass(ticks, after)
+
+
+def schedule_fields(schedule: Schedule) -> dict[str, Any]:
+    """One schedule as ``dynoqueue schedules --json`` and the dashboard show it."""
+    return {"schedule": schedule.id, "cron": schedule.cron, "every_ms": schedule.every_ms,
+            "timezone": schedule.timezone, "next_due_ms": schedule.next_due_ms,
+            "last_sent_ms": schedule.last_sent_ms, "catch_up": schedule.catch_up,
+            "priority": schedule.priority}

@@ -11,6 +11,7 @@ from typing import Any
 from ..connect.urls import redact_url
 from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
+from ..model.schedules import schedule_fields
 from ..model.states import MessageInfo, QueuePolicy
 from . import render
 from .session import (
@@ -81,10 +82,7 @@ def schedules(args: argparse.Namespace) -> int:
         if not names:
             raw = queues.quorum_conn.smembers(scheduled_queues(queues.key_prefix))
             names = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
-        rows = [{"queue": name, "schedule": s.id, "cron": s.cron, "every_ms": s.every_ms,
-                 "timezone": s.timezone, "next_due_ms": s.next_due_ms,
-                 "last_sent_ms": s.last_sent_ms, "catch_up": s.catch_up,
-                 "priority": s.priority}
+        rows = [{"queue": name, **schedule_fields(s)}
                 for name in names for s in queues.get(name).schedules()]
     if args.json:
         render.emit_json(rows)

@@ -64,7 +64,9 @@ if count <= 0 then  -- held back: was anything due?
   else
     scored = redis.call('ZRANGEBYSCORE', from, '-inf', due_bound(now), 'LIMIT', 0, 1)
   end
-  return {now, wake, 0, #scored > 0 and 1 or 0}
+  if #scored == 0 then return {now, wake, 0, 0} end
+  redis.call('INCR', k.limited)
+  return {now, wake, 0, 1}
 end
 local ids, dues = {}, {}
 if p.strict then
@@ -158,5 +160,6 @@ else
 end
 if wake and #ids >= count then  -- the limits held back what may be due: wait for a place
   out[2], out[4] = wake, 1
+  redis.call('INCR', k.limited)
 end
 return out

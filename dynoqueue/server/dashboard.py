@@ -3,8 +3,9 @@ reads and posts (``/api/...``).
 
 The page lists every queue with waiting, ready, delayed, leased and dead counts, the oldest
 ready message's age and the rates of change per second (from one refresh to the next); a
-click on a queue shows its waiting-time buckets as a bar chart and its dead letters, with
-buttons that redrive the selected ones or all. The page itself holds no data, so it is served
+click on a queue shows its waiting-time buckets as a bar chart, its limits and how often they
+held pops back, its recurring schedules, and its dead letters, with buttons that redrive the
+selected ones or all. The page itself holds no data, so it is served
 without the token; every ``/api`` route needs it. The page takes it from its link's fragment
 (``/#token=...``: a fragment is never sent to the server, so it stays out of access logs; the
 page removes it from the address bar) or, when the server answers 401, from a login form on
@@ -22,12 +23,22 @@ from starlette.routing import Route
 
 from ..metrics.names import WAITING_BUCKETS, bucket_label
 from ..metrics.stats import read_stats_async
+from ..model.schedules import schedule_fields
+from ..model.states import QueuePolicy
 from .http import JSON, BadRequest, json_body
 from .page import PAGE
 from .state import ServerState
 
 #: Most dead letters one page shows.
 MAX_DEAD = 500
+
+
+def limits_of(policy: QueuePolicy | None) -> dict[str, Any]:
+    """A queue's limits as the dashboard shows them (0 / None: none)."""
+    limit = policy.rate_limit if policy is not None else None
+    return {"max_in_flight": policy.max_in_flight if policy is not None else 0,
+            "rate_limit": None if limit is None else {"count": limit.count,
+                                                      "per_ms": limit.per_ms}}
 
 
 def routes(state: ServerState) -> list[Route]:
@@ -46,6 +57,8 @@ def routes(state: ServerState) -> list[Route]:
                         "leased": sh.leased} for sh in s.shards],
             "buckets": [{"range": bucket_label(name), "count": s.buckets()[name]}
                         for name, _, _ in WAITING_BUCKETS],
+            "limits": limits_of(s.policy), "limited": s.limited,
+            "schedules": [schedule_fields(x) for x in s.schedules],
         } for s in stats]})
 
     async def dead(request: Request) -> JSON:

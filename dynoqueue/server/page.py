@@ -59,6 +59,12 @@ PAGE = """<!doctype html>
   <section id="detail" hidden>
     <h2>Queue <span id="detail-name"></span>: delayed messages by time until due</h2>
     <div class="bars" id="buckets"></div>
+    <p id="limits"></p>
+    <table id="schedules">
+      <thead><tr><th class="text">schedule</th><th class="text">when</th>
+        <th class="text">time zone</th><th>next tick</th><th>last sent</th></tr></thead>
+      <tbody></tbody>
+    </table>
   </section>
   <section id="dead-section" hidden>
     <h2>Dead letters of <span id="dead-name"></span> (<span id="dead-total">0</span>)</h2>
@@ -209,6 +215,26 @@ function showDetail(q) {
     count.className = "bucket-count";
     bars.append(label, track, count);
   }
+  const limits = [];
+  if (q.limits.max_in_flight) limits.push("at most " + q.limits.max_in_flight + " in flight");
+  if (q.limits.rate_limit)
+    limits.push("at most " + q.limits.rate_limit.count + " deliveries per " +
+                q.limits.rate_limit.per_ms + " ms");
+  document.getElementById("limits").textContent = limits.length
+    ? "Limits: " + limits.join(", ") + "; pops held back: " + q.limited
+    : "No limits.";
+  const body = document.querySelector("#schedules tbody");
+  body.replaceChildren();
+  for (const x of q.schedules) {
+    const row = body.insertRow();
+    row.className = "schedule";
+    cell(row, x.schedule, "text");
+    cell(row, x.cron || ("every " + x.every_ms + " ms"), "text");
+    cell(row, x.timezone, "text");
+    cell(row, new Date(x.next_due_ms).toLocaleString());
+    cell(row, x.last_sent_ms === null ? "-" : new Date(x.last_sent_ms).toLocaleString());
+  }
+  if (!q.schedules.length) cell(body.insertRow(), "no schedules", "empty").colSpan = 5;
 }
 
 async function select(queue) {

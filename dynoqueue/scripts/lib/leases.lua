@@ -82,7 +82,10 @@ end
 -- the delivery, set the receipt. Returns the delivery count, or nil when its TTL had run out
 -- (it ends instead) or the queue's limits allow no delivery now (it stays waiting).
 local function lease(k, p, id, s, now, lease_ms, from)
-  if (p.mif > 0 or p.rlc > 0) and limit_room(k, p, now, 1) < 1 then return nil end
+  if (p.mif > 0 or p.rlc > 0) and limit_room(k, p, now, 1) < 1 then
+    redis.call('INCR', k.limited)
+    return nil
+  end
   if has_expiry(k) then
     local expires = redis.call('ZSCORE', k.expiry, id)
     if expires and tonumber(expires) <= now then
