@@ -27,7 +27,7 @@ from dynoqueue import (
 )
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer
-from dynoqueue.model.keys import KEY_WORDS, QueueKeys, StreamKeys, youzan_index
+from dynoqueue.model.keys import KEY_WORDS, QueueKeys, StreamKeys, scheduled_queues, youzan_index
 
 from .apis import Bridge
 from .faults import Ledger
@@ -145,6 +145,8 @@ def _owned_keys(prefix: str, queue: str, shard: str, tag: bool) -> dict[str, tup
     out.update({k: (prefix, queue, "spark", shard)
                 for k in (stream.pending, stream.last, stream.batch(1), stream.batch(12))})
     out[youzan_index(prefix)] = (prefix,)
+    out[scheduled_queues(prefix)] = (prefix,)
+    out.update({k: (prefix, queue, tag) for k in (keys.schedules, keys.ticks)})
     return out
 
 
@@ -186,8 +188,10 @@ def test_distinct_accepted_triples_never_share_a_key(
 
 def test_every_key_word_is_reserved() -> None:
     keys = QueueKeys("p", "q", ("s",))
-    words = {k.split(".")[1] for k in [*keys.every_key(), keys.group_line("g")]}
-    words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1]}
+    words = {k.split(".")[1] for k in [*keys.every_key(), keys.group_line("g"),
+                                          keys.schedules, keys.ticks]}
+    words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1],
+              scheduled_queues("p").split(".")[1]}
     assert words == KEY_WORDS
 
 

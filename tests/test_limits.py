@@ -242,3 +242,41 @@ def test_a_queue_without_limits_keeps_its_stored_policy_text(
     q.push([Message("m")])
     raw = redis.Redis.from_url(redis_server.url).get(q.keys.policy)
     assert raw == b'{"max":3,"ttl":0,"ret":0,"dret":604800000,"strict":0}'
+
+
+def test_a_worker_held_by_max_in_flight_waits_instead_of_spinning(
+        redis_server: RedisServer) -> None:
+    """A Worker of 8 slots on a queue that lets 2 messages be leased at once: 2 handlers at a
+    time, and while both run its pops wait (the ack's ring wakes them) instead of polling."""
+    from dynoqueue import Worker
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    running, most, done = [0], [0], [0]
+    lock = threading.Lock()
+
+    def handler(message: Message) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.25)
+        with lock:
+            running[0] -= 1
+            done[0] += 1
+
+    admin = redis.Redis.from_url(redis_server.url)
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix, unack_handler_interval_ms=0,
+                              shard_supplier=StaticShardSupplier(["a"], "a")) as queues:
+        q = queues.get("two", QueuePolicy(max_in_flight=2))
+        q.push([Message(f"m{i}") for i in range(8)])
+        claims_before = int(admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        with Worker(q, handler, concurrency=8, lease_ms=10_000):
+            deadline = time.monotonic() + 15
+            while done[0] < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # the last acks
+        calls = int(admin.info("commandstats")["cmdstat_evalsha"]["calls"]) - claims_before
+    admin.close()
+    assert done[0] == 8 and most[0] == 2
+    # ~1 s of work: 8 claims, 8 acks and the pops the acks' rings wake; a pop loop spinning
+    # while held back would make thousands.
+    assert calls < 200, calls
