@@ -37,7 +37,8 @@ ONLY = frozenset(os.environ.get("DYNOQUEUE_TEST_DEPLOYMENTS", "").replace(" ", "
 
 #: Modules whose tests run on both APIs (the public-API contract suite).
 CONTRACT_MODULES = frozenset({"test_queue_api", "test_bad_input", "test_concurrency",
-                              "test_state_machine", "test_lifecycle", "test_conductor"})
+                              "test_state_machine", "test_lifecycle", "test_conductor",
+                              "test_headers"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -149,6 +149,7 @@ def message_info(id: str, reply: Any, shards: Sequence[str], shard_at: ShardAt) 
         ended_at_ms=int_or_none(ended_at),
         last_error=rec.get("l"),
         group=message.group if message else None,
+        headers=message.headers if message else None,
     )
 
 

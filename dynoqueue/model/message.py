@@ -49,6 +49,12 @@ class Message:
             nack or lease expiry redelivers the same one first. All of a group's messages
             live in one shard (see ``docs/semantics.md``, "Ordering"). Stored in the JSON as
             ``"group"``, which Java v1 clients ignore.
+        headers: (keyword) application headers (SQS's message attributes): a dict of str to
+            str, at most :data:`MAX_HEADERS` entries and :data:`MAX_HEADERS_BYTES` bytes as
+            JSON. Kept with the message through every delivery, nack, lease expiry, postpone,
+            dead letter and redrive; stored in the JSON as ``"headers"``, which Java v1
+            clients ignore (Jackson skips unknown fields for dyno-queues). The OpenTelemetry
+            trace context travels here (:mod:`dynoqueue.tracing`).
 
     Popped messages also carry ``deliveries`` (1 on the first delivery: SQS's
     ApproximateReceiveCount) and ``receipt`` (an opaque str, new on every delivery: pass it to
@@ -73,6 +79,7 @@ class Message:
     max_deliveries: int | None = field(default=None, kw_only=True)
     ttl_ms: int | None = field(default=None, kw_only=True)
     group: str | None = field(default=None, kw_only=True)
+    headers: dict[str, str] | None = field(default=None, kw_only=True)
     deliveries: int = field(default=0, kw_only=True)
     receipt: str | None = field(default=None, kw_only=True)
 
@@ -103,7 +110,8 @@ class Message:
                 and (most is None or (type(most) is int and 1 <= most <= MAX_COUNT))
                 and (ttl is None or (type(ttl) is int and 1 <= ttl <= MAX_MS))
                 and (group is None or (type(group) is str and group and group.isascii()))
-                and self.shard is None and self.receipt is None and id_.isascii()):
+                and self.shard is None and self.receipt is None and id_.isascii()
+                and self.headers is None):
             return
         self._check_each_field(max_payload_bytes)
 
@@ -141,6 +149,8 @@ class Message:
             raise InvalidMessageError(f"message {self.id!r}: shard must be str or None")
         if self.receipt is not None and not isinstance(self.receipt, str):
             raise InvalidMessageError(f"message {self.id!r}: receipt must be str or None")
+        if self.headers is not None:
+            _check_headers(self.id, self.headers)
         if self.group is not None:
             if not isinstance(self.group, str) or not self.group:
                 raise InvalidMessageError(
@@ -173,6 +183,8 @@ class Message:
         doc["priority"] = self.priority
         if self.group is not None:
             doc["group"] = self.group
+        if self.headers:
+            doc["headers"] = self.headers
         return orjson.dumps(doc)
 
     @classmethod
@@ -217,11 +229,38 @@ class Message:
         message.due_at_ms = message.max_deliveries = message.ttl_ms = message.receipt = None
         group = doc.get("group")
         message.group = group if type(group) is str and group else None
+        headers = doc.get("headers")
+        message.headers = headers if type(headers) is dict and headers else None
         message.deliveries = 0
         return message
 
 
 _new_message = object.__new__
+
+#: Most entries and most JSON bytes of a message's headers.
+MAX_HEADERS = 64
+MAX_HEADERS_BYTES = 8192
+
+
+def _check_headers(message_id: str, headers: Any) -> None:
+    """Raise InvalidMessageError unless ``headers`` is a dict of str to str within the limits."""
+    if type(headers) is not dict:
+        raise InvalidMessageError(f"message {message_id!r}: headers must be a dict of str to "
+                                  f"str or None, got {headers!r:.80}")
+    if len(headers) > MAX_HEADERS:
+        raise InvalidMessageError(f"message {message_id!r}: {len(headers)} headers, over the "
+                                  f"limit of {MAX_HEADERS}")
+    for name, value in headers.items():
+        if type(name) is not str or not name or type(value) is not str:
+            raise InvalidMessageError(
+                f"message {message_id!r}: a header must map a non-empty str to a str, got "
+                f"{name!r:.40}: {value!r:.40}")
+        _utf8_size(f"message {message_id!r}: header {name!r:.40}", name)
+        _utf8_size(f"message {message_id!r}: header {name!r:.40}", value)
+    size = len(orjson.dumps(headers))
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidMessageError(f"message {message_id!r}: headers are {size} bytes as JSON, "
+                                  f"over the limit of {MAX_HEADERS_BYTES}")
 
 
 def _stored_int(value: Any) -> int:

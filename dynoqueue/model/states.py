@@ -203,7 +203,7 @@ class MessageInfo:
     """What :meth:`DynoQueue.info` tells about one message. Times are epoch ms, None when they
     do not apply (or were not recorded: a message without limits of its own, pushed under a
     policy with no TTL, has no record until its first delivery, so no ``enqueued_at_ms``).
-    ``group`` is the message's ordered group, if any.
+    ``group`` is the message's ordered group, if any; ``headers`` its application headers.
     """
 
     id: str
@@ -220,6 +220,7 @@ class MessageInfo:
     ended_at_ms: int | None
     last_error: str | None
     group: str | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
