@@ -94,12 +94,16 @@ priorities = st.one_of(st.sampled_from([0, 0, 1, 99]), st.integers(0, 99))
 GROUPS = ["x", "y", "w"]
 # A third of the messages are grouped, so groups meet every rule.
 groups = st.one_of(st.none(), st.none(), st.sampled_from(GROUPS))
+# Headers on some messages: they must come back as pushed through every transition.
+headers = st.one_of(st.none(), st.none(), st.dictionaries(
+    st.sampled_from(["traceparent", "tenant", "é"]), st.text(alphabet='a"é\n{', max_size=4),
+    min_size=1, max_size=2))
 messages = st.builds(Message, id=ids, payload=payloads, timeout=delays, priority=priorities,
-                     group=groups)
+                     group=groups, headers=headers)
 # Due at once or within a few ms, with one of two priorities: pops and ties between equal scores.
 due_messages = st.builds(
     Message, id=ids, payload=payloads, timeout=st.integers(0, 2), priority=st.sampled_from([0, 99]),
-    group=groups,
+    group=groups, headers=headers,
 )
 
 
@@ -116,6 +120,7 @@ class Entry:
     expiry_ms: int = 0  # leased: lease ends at this ms
     deliveries: int = 0  # claims so far (the lifecycle's delivery count)
     group: str | None = None
+    headers: dict[str, str] | None = None
     group_key: tuple[int, int] = (0, 0)  # grouped: (due ms, push sequence), its place in line
     pending: bool = False  # grouped: waiting behind its group's current message
     died_at: int = 0  # dead letters: when it died (redrive takes the oldest first)
@@ -130,7 +135,7 @@ class Entry:
 
 def as_tuple(message: Message) -> tuple[Any, ...]:
     return (message.id, message.payload, message.timeout, message.priority, message.shard,
-            message.group)
+            message.group, message.headers)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -233,6 +238,7 @@ class QueueMachine(RuleBasedStateMachine):
             leased=False,
             due_ms=now + message.timeout,
             group=message.group,
+            headers=message.headers or None,  # empty headers are not stored
         )
         if entry.group is not None:
             self.seq += 1
@@ -293,7 +299,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     def expected(self, mid: str, shard: str | None) -> tuple[Any, ...]:
         entry = self.model[mid]
-        return (mid, entry.payload, entry.timeout, entry.priority, shard, entry.group)
+        return (mid, entry.payload, entry.timeout, entry.priority, shard, entry.group,
+                entry.headers)
 
     def expired_local_leases(self) -> list[str]:
         return self.expired_leases(LOCAL)
