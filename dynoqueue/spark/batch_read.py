@@ -232,13 +232,13 @@ class DynoQueueReader(DataSourceReader):
     def _row(p: ZsetRange | LineRanges, entry: _Entry, raw: Any, life: Any, born: Any,
              expires: float | None) -> tuple[Any, ...]:
         message_id = entry.id
-        payload = priority = timeout = None
+        payload = priority = timeout = headers = None
         group = entry.group
         if raw is not None:
             try:
                 message = Message.from_json(raw)
                 payload, priority, timeout = message.payload, message.priority, message.timeout
-                group = message.group
+                group, headers = message.group, message.headers
             except InvalidMessageError as exc:
                 log.warning("unreadable stored message %r: %s", message_id, exc)
         waiting = p.state == WAITING
@@ -255,7 +255,7 @@ class DynoQueueReader(DataSourceReader):
         last_error = rec.get("l")
         return (message_id, payload, priority, timeout, p.shard, p.state, due, lease, None,
                 None, state, int(rec.get("d") or 0), max_deliveries, timestamp(expires),
-                None if last_error is None else str(last_error), group)
+                None if last_error is None else str(last_error), group, headers)
 
 
 @dataclass(frozen=True)

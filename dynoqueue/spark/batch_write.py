@@ -18,6 +18,7 @@ from pyspark.sql.types import (
     ByteType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructType,
@@ -32,7 +33,7 @@ from .redis_errors import server_ms
 log = logging.getLogger("dynoqueue.spark")
 
 #: The columns a write accepts; ``id`` is required, ``timeout`` and ``due`` exclude each other.
-WRITE_COLUMNS = ("id", "payload", "timeout", "due", "priority")
+WRITE_COLUMNS = ("id", "payload", "timeout", "due", "priority", "headers")
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 
@@ -50,6 +51,7 @@ class WriteColumns:
     timeout: int
     due: int
     priority: int
+    headers: int
 
     @classmethod
     def of(cls, schema: StructType) -> WriteColumns:
@@ -57,7 +59,8 @@ class WriteColumns:
 
         Accepts ``id`` (string, required), ``payload`` (string), ``timeout`` (integral, delay in
         ms from the push) or ``due`` (timestamp: delivered at that time), ``priority`` (integral,
-        0..99). Column names are matched case-insensitively.
+        0..99), ``headers`` (map<string,string>: Message.headers). Column names are matched
+        case-insensitively.
 
         Raises:
             ConfigurationError: ``id`` is missing, a column is unknown, of the wrong type, or
@@ -68,7 +71,8 @@ class WriteColumns:
         if unknown:
             raise ConfigurationError(
                 f"dynoqueue write: unknown column(s) {unknown}; a write takes id (string), "
-                "payload (string), timeout (long, ms) or due (timestamp), priority (int 0..99)"
+                "payload (string), timeout (long, ms) or due (timestamp), priority (int 0..99), "
+                "headers (map<string,string>)"
             )
         if "id" not in fields:
             raise ConfigurationError("dynoqueue write: the DataFrame needs an 'id' column")
@@ -77,9 +81,12 @@ class WriteColumns:
                 "dynoqueue write: give either 'timeout' (delay ms) or 'due' (timestamp), not both"
             )
         expected = {"id": (StringType,), "payload": (StringType,), "timeout": _INTEGRAL,
-                    "priority": _INTEGRAL, "due": (TimestampType,)}
+                    "priority": _INTEGRAL, "due": (TimestampType,), "headers": (MapType,)}
         for name, (_, f) in fields.items():
-            if not isinstance(f.dataType, expected[name]):
+            kind = f.dataType
+            if not isinstance(kind, expected[name]) or (isinstance(kind, MapType) and not (
+                    isinstance(kind.keyType, StringType)
+                    and isinstance(kind.valueType, StringType))):
                 wanted = "/".join(t.typeName() for t in expected[name])
                 raise ConfigurationError(
                     f"dynoqueue write: column {f.name!r} has type {f.dataType.simpleString()}, "
@@ -184,6 +191,7 @@ class _Batches:
         priority = row[columns.priority] if columns.priority >= 0 else None
         timeout = row[columns.timeout] if columns.timeout >= 0 else None
         due = row[columns.due] if columns.due >= 0 else None
+        headers = row[columns.headers] if columns.headers >= 0 else None
         if not isinstance(message_id, str) or not message_id:
             raise self._bad(message_id, "id must be a non-empty string")
         due_ms = None
@@ -193,7 +201,8 @@ class _Batches:
             due_ms = due.timestamp() * 1000  # naive = local time, as pyspark hands it
         try:  # every field check of Message, before anything of the batch is pushed
             message = Message(message_id, payload, 0 if timeout is None else timeout,
-                              0 if priority is None else priority)
+                              0 if priority is None else priority,
+                              headers=dict(headers) if headers else None)
         except InvalidMessageError as exc:
             raise self._bad(message_id, str(exc)) from None
         return message, due_ms

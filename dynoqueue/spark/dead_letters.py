@@ -86,7 +86,8 @@ class DeadLetterReader(DataSourceReader):
         """Read one rank range: ids and times of death, then their records (HMGET in chunks).
 
         Yields:
-            Rows ``(id, payload, priority, shard, reason, deliveries, last_error, died_at)``.
+            Rows ``(id, payload, priority, shard, reason, deliveries, last_error, died_at,
+            headers)``.
             A letter whose message could not be decoded (reason ``undecodable``) has null
             payload and priority; an id whose record is gone (purged meanwhile) is skipped.
 
@@ -114,12 +115,12 @@ class DeadLetterReader(DataSourceReader):
 
 def _row(message_id: str, died_ms: float, rec: dict[str, Any],
          shards: Sequence[str]) -> tuple[Any, ...]:
-    payload = priority = None
+    payload = priority = headers = None
     stored = rec.get("j")
     if stored is not None:
         try:
             message = Message.from_json(stored)
-            payload, priority = message.payload, message.priority
+            payload, priority, headers = message.payload, message.priority, message.headers
         except InvalidMessageError as exc:
             if rec.get("r") != "undecodable":  # expected for those: that is why they died
                 log.warning("unreadable dead letter %r: %s", message_id, exc)
@@ -131,4 +132,4 @@ def _row(message_id: str, died_ms: float, rec: dict[str, Any],
     last_error = rec.get("l")
     return (message_id, payload, priority, shard, str(rec.get("r", "")) or None,
             int(rec.get("d") or 0), None if last_error is None else str(last_error),
-            timestamp(died_ms))
+            timestamp(died_ms), headers)

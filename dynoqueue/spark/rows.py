@@ -39,6 +39,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("expires_at", "timestamp"),
     ("last_error", "string"),
     ("group", "string"),  # the message's ordered group (Message.group), null when none
+    ("headers", "map<string,string>"),  # Message.headers, null when none
 )
 
 _DEAD_FIELDS: tuple[tuple[str, str], ...] = (
@@ -50,6 +51,7 @@ _DEAD_FIELDS: tuple[tuple[str, str], ...] = (
     ("deliveries", "int"),
     ("last_error", "string"),
     ("died_at", "timestamp"),
+    ("headers", "map<string,string>"),  # the dead message's headers, null when none
 )
 
 

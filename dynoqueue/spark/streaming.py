@@ -229,7 +229,7 @@ class DynoQueueStreamReader(DataSourceStreamReader):
                    doc.get("shard"), UNACKED, None, timestamp(doc["lease_expiry"]),
                    timestamp(doc["claimed_at"]), partition.batch, _LEASED,
                    None if deliveries is None else int(deliveries), None, None, None,
-                   doc.get("group"))
+                   doc.get("group"), doc.get("headers"))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed every batch up to ``end``: ack their messages, drop their records.
@@ -291,7 +291,7 @@ class DynoQueueStreamReader(DataSourceStreamReader):
     def _record(self, number: int, messages: list[Message], claimed_at: int,
                 lease_expiry: int) -> None:
         docs = [orjson.dumps({"id": m.id, "payload": m.payload, "priority": m.priority,
-                              "group": m.group,
+                              "group": m.group, "headers": m.headers,
                               "timeout": m.timeout, "shard": m.shard, "claimed_at": claimed_at,
                               "lease_expiry": lease_expiry, "deliveries": m.deliveries,
                               "receipt": m.receipt})

@@ -155,3 +155,26 @@ def test_options_are_checked_and_case_insensitive(spark: Any, source: dict[str, 
          .options(**source).mode("overwrite").save())
     with pytest.raises(ConfigurationError, match="'leaseMs' must be an int >= 1"):
         SourceOptions.parse({**source, "leaseMs": "0"})
+
+
+def test_headers_are_written_and_read_back(spark: Any, source: dict[str, str],
+                                           queue: Any) -> None:
+    """The headers map column: written into Message.headers, read back by the batch read, the
+    dead-letter read and (recorded with each claim) the streaming read."""
+    rows = [("h1", "x", {"traceparent": "00-ab-cd-01", "tenant": "acme"}), ("h2", "y", None)]
+    df = spark.createDataFrame(rows, "id string, payload string, headers map<string,string>")
+    df.write.format("dynoqueue").options(**source).mode("append").save()
+    assert queue.get("h1").headers == {"traceparent": "00-ab-cd-01", "tenant": "acme"}
+    assert queue.get("h2").headers is None
+    got = {r["id"]: r["headers"] for r in
+           spark.read.format("dynoqueue").options(**source).load().collect()}
+    assert got == {"h1": {"traceparent": "00-ab-cd-01", "tenant": "acme"}, "h2": None}
+    assert queue.unsafe_pop_with_msg_id_all_shards("h1") is not None
+    assert queue.dead_letter("h1", "poison")
+    dead = (spark.read.format("dynoqueue").options(**source).option("deadLetters", "true")
+            .load().collect())
+    assert [(r["id"], r["headers"]) for r in dead] == [
+        ("h1", {"traceparent": "00-ab-cd-01", "tenant": "acme"})]
+    bad = spark.createDataFrame([("h3", {"n": "1"})], "id string, headers map<string,int>")
+    with pytest.raises(Exception, match="headers"):
+        bad.write.format("dynoqueue").options(**source).mode("append").save()

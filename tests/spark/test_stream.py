@@ -55,8 +55,8 @@ def test_stream_reader_protocol_replays_recorded_batches(source: dict[str, str],
     assert len(first) == 10 and {r[0] for r in first} <= set(due)
     assert all(r[5] == "unacked" and r[9] == 1 for r in first)
     # Lifecycle columns: LEASED, first delivery; the rest is not known to a claim.
-    assert all(len(r) == len(COLUMNS) and r[10:] == ("LEASED", 1, None, None, None, None)
-               for r in first)
+    assert all(len(r) == len(COLUMNS) and r[10:] == ("LEASED", 1, None, None, None, None,
+                                                      None) for r in first)
 
     # The driver dies after recording batch 1 but before Spark logged the offset. The new
     # driver's reader is asked again from batch 0: it replays batch 1 instead of claiming.
