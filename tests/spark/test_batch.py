@@ -175,6 +175,6 @@ def test_headers_are_written_and_read_back(spark: Any, source: dict[str, str],
             .load().collect())
     assert [(r["id"], r["headers"]) for r in dead] == [
         ("h1", {"traceparent": "00-ab-cd-01", "tenant": "acme"})]
-    bad = spark.createDataFrame([("h3", {"n": "1"})], "id string, headers map<string,int>")
+    bad = spark.createDataFrame([("h3", {"n": 1})], "id string, headers map<string,int>")
     with pytest.raises(Exception, match="headers"):
         bad.write.format("dynoqueue").options(**source).mode("append").save()
