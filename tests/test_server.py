@@ -570,3 +570,31 @@ def test_serve_refuses_bad_limits(redis_server: RedisServer) -> None:
                              env={**os.environ, "PYTHONPATH": str(ROOT)},
                              capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 2 and "max_long_poll_ms must be" in refused.stderr
+
+
+def test_headers_travel_through_both_protocols(server: Served) -> None:
+    t = topic()
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    sent = server.camellia("sendMsg", topic=t, msgId="h", msg="x", delayMillis=0,
+                           headers=orjson.dumps(trace).decode())
+    assert sent["delayMsg"]["headers"] == trace
+    plain = server.camellia("sendMsg", topic=t, msgId="p", msg="y", delayMillis=0)
+    assert plain["delayMsg"]["headers"] == {}
+    pulled = server.camellia("pullMsg", topic=t, batch=5)["delayMsgList"]
+    assert {m["msgId"]: m["headers"] for m in pulled} == {"h": trace, "p": {}}
+    assert server.camellia("getMsg", topic=t, msgId="h")["delayMsg"]["headers"] == trace
+    for bad in ("[1, 2]", "not json", '{"n": 1}'):
+        reply = server.http.post(f"{CAMELLIA}/sendMsg", headers=FORM, content=_form(
+            {"topic": t, "msgId": "bad", "msg": "z", "delayMillis": 0, "headers": bad}))
+        assert reply.status_code == 400, (bad, reply.text)
+    assert server.http.post(f"{CAMELLIA}/getMsg", headers=FORM, content=_form(
+        {"topic": t, "msgId": "bad"})).json()["code"] == 404  # nothing was written
+
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    added = server.youzan(command="add", topic=t, id=job, body="b", headers=trace)
+    assert added.status_code == 200 and added.json()["success"], added.text
+    assert "headers" not in added.json()
+    popped = server.youzan(command="pop", topic=t).json()
+    assert (popped["id"], popped["value"], popped["headers"]) == (job, "b", trace)
+    bad = server.youzan(command="add", topic=t, id=f"{job}-x", body="b", headers=["x"])
+    assert bad.status_code == 400

@@ -30,7 +30,7 @@ from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageInfo, MessageState
 from ..model.validate import MAX_COUNT, MAX_MS
-from .http import JSON, BadRequest, boolean, client_of, integer, params, text
+from .http import JSON, BadRequest, boolean, client_of, headers_field, integer, params, text
 from .state import ServerState
 
 PREFIX = "/camellia/delayQueue"
@@ -66,7 +66,7 @@ def delay_msg(topic: str, info: MessageInfo, timeout_ms: int | None = None,
         "topic": topic, "msgId": info.id, "msg": info.payload, "produceTime": produce,
         "triggerTime": trigger, "expireTime": info.expires_at_ms or 0,
         "maxRetry": (info.max_deliveries - 1) if info.max_deliveries else -1,
-        "retry": info.deliveries, "status": state.code,
+        "retry": info.deliveries, "status": state.code, "headers": info.headers or {},
     }
 
 
@@ -129,7 +129,8 @@ class _Camellia:
         message = Message(msg_id, msg, timeout=delay,
                           ttl_ms=ttl if ttl > 0 else self.settings.ttl_ms,
                           max_deliveries=(max_retry if max_retry >= 0
-                                          else self.settings.max_retry) + 1)
+                                          else self.settings.max_retry) + 1,
+                          headers=headers_field(values))
         message.validate(self.state.factory().settings.max_payload_bytes)  # before any write
         queue = await self.state.topic(topic)
         await queue.push([message], if_exists="keep")

@@ -104,6 +104,25 @@ async def params(request: Request, limit: int) -> Fields:
     return out
 
 
+def headers_field(values: Mapping[str, str]) -> dict[str, Any] | None:
+    """The optional ``headers`` form field: a JSON object of string headers (Message.headers
+    checks each one). None when absent or empty.
+
+    Raises:
+        BadRequest: not a JSON object.
+    """
+    raw = _value(values, "headers")
+    if not raw:
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"headers must be a JSON object of strings, got {raw!r:.60}")
+    return doc
+
+
 def _value(values: Mapping[str, str], name: str) -> str | None:
     if name in getattr(values, "repeated", ()):
         raise BadRequest(f"{name} is given more than once")

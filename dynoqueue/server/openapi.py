@@ -63,6 +63,8 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None,
 
 _INT = {"type": "integer"}
 _STR = {"type": "string"}
+_HEADERS = {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 64,
+            "description": "the message's headers (Message.headers; empty: none)"}
 _STATUS_CODES = ", ".join(f"{s.code} {s.name.lower()}" for s in MessageState)
 
 _DELAY_MSG = _obj({
@@ -74,7 +76,8 @@ _DELAY_MSG = _obj({
     "expireTime": {**_INT, "description": "epoch ms: TTL end (0: none)"},
     "maxRetry": {**_INT, "description": "retries after the first delivery (-1: unlimited)"},
     "retry": {**_INT, "description": "deliveries so far"},
-    "status": {**_INT, "description": f"MessageState.code: {_STATUS_CODES}"}})
+    "status": {**_INT, "description": f"MessageState.code: {_STATUS_CODES}"},
+    "headers": _HEADERS})
 _SUCCESS = {"code": {"type": "integer", "enum": [200]},
             "msg": {"type": "string", "enum": ["success"]}}
 _NOT_FOUND = _obj({"code": {"type": "integer", "enum": [404]},
@@ -83,7 +86,9 @@ _CAMELLIA_ERROR = _obj({"code": {**_INT, "description": "the HTTP status"}, "msg
 _YOUZAN = _obj({"success": {"type": "boolean"},
                 "error": {**_STR, "description": "empty on success"},
                 "id": {**_STR, "nullable": True, "description": "the job's id (null: none)"},
-                "value": {**_STR, "nullable": True, "description": "pop: the job's body"}})
+                "value": {**_STR, "nullable": True, "description": "pop: the job's body"},
+                "headers": {**_HEADERS, "description": "pop: the job's headers"}},
+               ["success", "error", "id", "value"])
 _BUCKETS = ["sizeOf0To1min", "sizeOf1minTo10min", "sizeOf10minTo30min", "sizeOf30minTo1hour",
             "sizeOf1hourTo6hour", "sizeOf6hourTo1day", "sizeOf1dayTo7day",
             "sizeOf7dayTo30day", "sizeOf30dayToInfinite"]
@@ -257,7 +262,9 @@ def _camellia_paths(f: _Fields, secured: bool, hold_info: str) -> dict[str, Any]
                 "msgId": (_STR, False, "the message id; empty or absent: made by the server "
                                        "(32 hex digits)"),
                 "msg": (f.msg, True, ""), "delayMillis": (f.delay, True, ""),
-                "ttlMillis": (f.ttl, False, ""), "maxRetry": (f.max_retry, False, "")},
+                "ttlMillis": (f.ttl, False, ""), "maxRetry": (f.max_retry, False, ""),
+                "headers": (_STR, False, "a JSON object of string headers (Message.headers: "
+                                         "at most 64, 8 KiB as JSON)")},
             _obj({**_SUCCESS, "delayMsg": _DELAY_MSG}), [409],
             {409: "the message ended at once (acked or removed by another client)"}),
         f"{PREFIX}/deleteMsg": post("delete a message", {
@@ -310,7 +317,8 @@ def _youzan_path(f: _Fields, secured: bool, hold_info: str,
                                                               f"{f.ttr_default_s})"},
               "body": {"type": "string", "maxLength": max_payload_bytes,
                        "description": f"the job (default empty): at most "
-                                      f"{max_payload_bytes} bytes of UTF-8"}},
+                                      f"{max_payload_bytes} bytes of UTF-8"},
+              "headers": {**_HEADERS, "description": "the job's headers (Message.headers)"}},
              ["command", "topic", "id"], title="add"),
         _obj({"command": {"type": "string", "enum": ["pop"]}, "topic": f.topic,
               "timeout": {"type": "integer", "minimum": 0, "maximum": f.pop_timeout_s,

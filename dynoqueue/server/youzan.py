@@ -33,10 +33,13 @@ MAX_SECONDS = MAX_MS // 1000
 
 
 def answer(success: bool, error: str = "", id: str | None = None, value: Any = None,
-           status: int = 200) -> JSON:
-    """Youzan's answer ``{"success", "error", "id", "value"}`` with HTTP ``status``."""
-    return JSON({"success": success, "error": error, "id": id, "value": value},
-                status_code=status)
+           status: int = 200, headers: dict[str, str] | None = None) -> JSON:
+    """Youzan's answer ``{"success", "error", "id", "value"}`` with HTTP ``status``; a popped
+    job's answer also carries its ``headers`` (an object, empty when none)."""
+    doc: dict[str, Any] = {"success": success, "error": error, "id": id, "value": value}
+    if headers is not None:
+        doc["headers"] = headers
+    return JSON(doc, status_code=status)
 
 
 def _seconds(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
@@ -95,7 +98,10 @@ class _Youzan:
         body = doc.get("body", "")
         if not isinstance(body, str):
             raise BadRequest(f"body must be a string, got {body!r:.40}")
-        message = Message(job_id, body, timeout=delay * 1000)
+        headers = doc.get("headers")
+        if headers is not None and not isinstance(headers, dict):
+            raise BadRequest(f"headers must be an object of strings, got {headers!r:.40}")
+        message = Message(job_id, body, timeout=delay * 1000, headers=headers or None)
         message.validate(self.state.factory().settings.max_payload_bytes)  # before any write
         queue = await self.state.topic(topic)
         known = await self.state.index_get(job_id)
@@ -122,7 +128,7 @@ class _Youzan:
         ttr = int(known["ttr"]) if known and "ttr" in known else self.settings.youzan_ttr_s
         if ttr != self.settings.youzan_ttr_s:
             await queue.set_unack_timeout(job.id, ttr * 1000, receipt=job.receipt)
-        return answer(True, "", job.id, job.payload)
+        return answer(True, "", job.id, job.payload, headers=job.headers or {})
 
     async def finish(self, doc: dict[str, Any], request: Request) -> JSON:
         job_id = _text(doc, "id")
