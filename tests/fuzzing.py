@@ -75,7 +75,7 @@ SANE: dict[str, Any] = {
     "id": "m1", "ids": lambda: ["m1", "m2"], "count": 2, "wait_ms": 0, "lease_ms": 1000,
     "min_count": 1, "timeout_ms": 5000, "delay_ms": 0, "pattern": "m", "local_only": False,
     "reason": "r", "error": "e", "receipt": None, "priority": 3, "group": "g",
-    "if_exists": "replace", "queue_name": "fuzzq", "policy": None,
+    "if_exists": "replace", "queue_name": "fuzzq", "policy": None, "schedule_id": "s1",
 }
 
 

@@ -91,6 +91,10 @@ def refused_or_done(call: Any, raw: Any, prefix: str) -> BaseException | None:
 @example(call=("postpone", {"delay_ms": 10**18}))
 @example(call=("redrive", {"ids": math.nan}))
 @example(call=("dead_letters", {"count": 10**400}))
+@example(call=("schedule", {"every_ms": 10**18}))
+@example(call=("schedule", {"every_ms": 5, "timezone": "a" * 300}))
+@example(call=("schedule", {"cron": "0 0 30 2 *"}))
+@example(call=("unschedule", {"schedule_id": math.nan}))
 def test_queue_calls_with_wild_arguments(make_queues, raw, prefix, api, call) -> None:
     if not hasattr(make_queues, "queue"):  # one seeded queue for every example of the test
         make_queues.queue = seeded(make_queues())

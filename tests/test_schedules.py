@@ -45,6 +45,8 @@ def _schedule(**kwargs: Any) -> Schedule:
     {"cron": "* * * *"}, {"every_ms": 0}, {"every_ms": True}, {"every_ms": 10, "priority": 100},
     {"every_ms": 10, "catch_up": "some"}, {"cron": "@daily", "timezone": "Mars/Olympus"},
     {"every_ms": 10, "payload": 5}, {"every_ms": 10, "start_at_ms": -1},
+    {"every_ms": 10, "timezone": "a" * 300}, {"every_ms": 10, "timezone": "UTC\x00"},
+    {"every_ms": 10, "timezone": None},
 ])
 def test_a_bad_definition_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError):

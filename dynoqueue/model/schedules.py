@@ -147,8 +147,8 @@ def new_schedule(schedule_id: str, *, payload: str | None, cron: str | None,
         raise InvalidArgumentError(f"timezone must be an IANA name, got {timezone!r:.80}")
     try:
         ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgumentError(f"timezone {timezone!r} is no IANA time zone") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: e.g. a name too long
+        raise InvalidArgumentError(f"timezone {timezone!r:.80} is no IANA time zone") from None
     if cron is not None:
         if not isinstance(cron, str):
             raise InvalidArgumentError(f"cron must be a str, got {cron!r:.80}")
