@@ -99,7 +99,7 @@ def test_camellia_send_pull_ack_get_delete(server: Served) -> None:
     assert sent["code"] == 200 and sent["msg"] == "success"
     msg = sent["delayMsg"]
     assert set(msg) == {"topic", "msgId", "msg", "produceTime", "triggerTime", "expireTime",
-                        "maxRetry", "retry", "status"}
+                        "maxRetry", "retry", "status", "headers"}
     assert (msg["topic"], msg["msgId"], msg["msg"], msg["maxRetry"], msg["retry"],
             msg["status"]) == (t, "m1", "abc", 3, 0, 2)
     assert msg["triggerTime"] == msg["produceTime"]
@@ -271,7 +271,7 @@ def test_youzan_commands(server: Served, redis_server: RedisServer) -> None:
     clash = server.youzan(command="add", topic=other, id=job, delay=0, TTR=5, body="x")
     assert clash.status_code == 409 and clash.json()["success"] is False  # ids span topics
     popped = server.youzan(command="pop", topic=t).json()
-    assert popped == {"success": True, "error": "", "id": job, "value": "hello"}
+    assert popped == {"success": True, "error": "", "id": job, "value": "hello", "headers": {}}
     assert server.youzan(command="pop", topic=t).json()["id"] is None
     # TTR 1 s: not finished in time, it is reserved again.
     deadline = time.monotonic() + 10
@@ -465,7 +465,7 @@ def test_youzan_seconds_take_integral_json_numbers(server: Served) -> None:
         reply = server.http.post("/youzan/delayQueue", json=bad)
         assert reply.status_code == 400 and "command must be one of" in reply.json()["error"]
     popped = server.youzan(command="pop", topic=t, timeout=1.0).json()
-    assert popped == {"success": True, "error": "", "id": job, "value": "x"}
+    assert popped == {"success": True, "error": "", "id": job, "value": "x", "headers": {}}
 
 
 @pytest.fixture(scope="module")

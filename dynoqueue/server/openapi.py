@@ -178,11 +178,17 @@ class _Fields:
 
 
 def _form(fields: dict[str, tuple[dict[str, Any], bool, str]]) -> dict[str, Any]:
-    """A form body: name -> (schema, required, description)."""
-    return {"required": True, "content": {"application/x-www-form-urlencoded": {
+    """A form body: name -> (schema, required, description). An object field is one form
+    field holding JSON (its encoding's contentType)."""
+    body: dict[str, Any] = {
         "schema": _obj({name: {**schema, "description": text} if text else schema
                         for name, (schema, _, text) in fields.items()},
-                       [name for name, (_, required, _) in fields.items() if required])}}}
+                       [name for name, (_, required, _) in fields.items() if required])}
+    json_fields = {name: {"contentType": "application/json"}
+                   for name, (schema, _, _) in fields.items() if schema.get("type") == "object"}
+    if json_fields:
+        body["encoding"] = json_fields
+    return {"required": True, "content": {"application/x-www-form-urlencoded": body}}
 
 
 def spec(settings: ServerSettings,
@@ -263,8 +269,9 @@ def _camellia_paths(f: _Fields, secured: bool, hold_info: str) -> dict[str, Any]
                                        "(32 hex digits)"),
                 "msg": (f.msg, True, ""), "delayMillis": (f.delay, True, ""),
                 "ttlMillis": (f.ttl, False, ""), "maxRetry": (f.max_retry, False, ""),
-                "headers": (_STR, False, "a JSON object of string headers (Message.headers: "
-                                         "at most 64, 8 KiB as JSON)")},
+                "headers": (_HEADERS, False, "one form field holding a JSON object of string "
+                                             "headers (Message.headers: at most 64, 8 KiB as "
+                                             "JSON)")},
             _obj({**_SUCCESS, "delayMsg": _DELAY_MSG}), [409],
             {409: "the message ended at once (acked or removed by another client)"}),
         f"{PREFIX}/deleteMsg": post("delete a message", {
@@ -318,7 +325,8 @@ def _youzan_path(f: _Fields, secured: bool, hold_info: str,
               "body": {"type": "string", "maxLength": max_payload_bytes,
                        "description": f"the job (default empty): at most "
                                       f"{max_payload_bytes} bytes of UTF-8"},
-              "headers": {**_HEADERS, "description": "the job's headers (Message.headers)"}},
+              "headers": {**_HEADERS, "nullable": True,
+                          "description": "the job's headers (Message.headers; null: none)"}},
              ["command", "topic", "id"], title="add"),
         _obj({"command": {"type": "string", "enum": ["pop"]}, "topic": f.topic,
               "timeout": {"type": "integer", "minimum": 0, "maximum": f.pop_timeout_s,
