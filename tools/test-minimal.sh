@@ -38,9 +38,9 @@ if [[ -z "${DYNOQUEUE_REDIS_SERVER:-}" && -x .venv/bin/python ]]; then
 fi
 
 run() {  # run NAME REDIS_REQUIREMENT SUITE...
-    local venv=".venv-minimal-$1" redis_req=$2
+    local name=$1 venv=".venv-minimal-$1" redis_req=$2
     shift 2
-    echo "== minimal install ($1: $redis_req, no hiredis, no extras) =="
+    echo "== minimal install ($name: $redis_req, no hiredis, no extras) =="
     [[ -x $venv/bin/python ]] || "$python3" -m venv "$venv"
     # --upgrade: the newest run must get the newest redis-py even where an older one is there.
     # shellcheck disable=SC2086
@@ -57,7 +57,7 @@ run() {  # run NAME REDIS_REQUIREMENT SUITE...
     DYNOQUEUE_TEST_DEPLOYMENTS=single \
         "$venv/bin/python" -m pytest -p no:cacheprovider -q -m "not slow" \
         -k "not partitions]" "$@"
-    echo "== minimal install ($1) + the 'server' extra: dynoqueue serve =="
+    echo "== minimal install ($name) + the 'server' extra: dynoqueue serve =="
     # shellcheck disable=SC2086
     "$venv/bin/python" -m pip install --disable-pip-version-check -q $server
     "$venv/bin/python" -m pytest -p no:cacheprovider -q -m "not slow" tests/test_server.py
