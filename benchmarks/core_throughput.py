@@ -19,6 +19,7 @@ from typing import Any
 
 from dynoqueue import DynoQueue, Message, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import single
+from dynoqueue.model.partitions import partition_keys, partition_of
 
 BATCH = 500
 SINGLE_PUSHES = 5000
@@ -35,9 +36,13 @@ def _push_batched(q: DynoQueue, messages: list[Message]) -> None:
         q.push(messages[i:i + BATCH])
 
 
-def _pop_ack_all(q: DynoQueue) -> None:
-    while batch := q.pop(BATCH):
-        q.ack_many(batch)
+def pop_ack_all(q: DynoQueue, batch: int = BATCH) -> int:
+    """Pop ``batch`` at a time and ack each batch until the queue has nothing due; how many
+    were acked."""
+    done = 0
+    while got := q.pop(batch):
+        done += q.ack_many(got)
+    return done
 
 
 def _raw_push(client: Any, prefix: str, messages: list[Message]) -> None:
@@ -49,14 +54,18 @@ def _raw_push(client: Any, prefix: str, messages: list[Message]) -> None:
         pipe.execute()
 
 
-def _lateness(q: DynoQueue, client: Any) -> tuple[float, float]:
-    """1000 messages due over 2 s, one consumer waiting; lateness = receive time - due time."""
+def waiting_pop_lateness(q: DynoQueue, client: Any, partitions: int = 1) -> list[float]:
+    """1000 messages due over 2 s, one consumer that takes what is due and otherwise waits;
+    each one's lateness = receive time - due time, ms. ``partitions``: the queue's
+    (QueuePolicy.partitions), to find each message's score."""
     count, spread_ms = 1000, 2000
     q.push([Message(f"d{i}", timeout=200 + i * spread_ms // count) for i in range(count)])
     # The real due time is the score's whole milliseconds (server clock, this same machine).
+    layout = partition_keys(q.keys, partitions)
     pipe = client.pipeline(transaction=False)
     for i in range(count):
-        pipe.zscore(q.keys.queue_shard(q.local_shard), f"d{i}")
+        pipe.zscore(layout[partition_of(f"d{i}", partitions)].queue_shard(q.local_shard),
+                    f"d{i}")
     due = {f"d{i}": float(int(score)) for i, score in enumerate(pipe.execute())}
     lateness: list[float] = []
 
@@ -71,8 +80,7 @@ def _lateness(q: DynoQueue, client: Any) -> tuple[float, float]:
     worker = threading.Thread(target=consume)
     worker.start()
     worker.join(timeout=30)
-    cuts = statistics.quantiles(lateness, n=100)
-    return cuts[49], cuts[98]
+    return lateness
 
 
 def one_run(client: Any, n: int) -> dict[str, float]:
@@ -85,7 +93,7 @@ def one_run(client: Any, n: int) -> dict[str, float]:
         messages = [Message(f"m{i}", "x" * 32, timeout=i % 1000) for i in range(n)]
         out["push, batches of 500"] = _rate(n, lambda: _push_batched(q, messages))
         time.sleep(1.0)  # every delay has passed
-        out["pop + ack, batches of 500"] = _rate(n, lambda: _pop_ack_all(q))
+        out["pop + ack, batches of 500"] = _rate(n, lambda: pop_ack_all(q))
         single_n = min(n, SINGLE_PUSHES)
         out["push, one message per call"] = _rate(
             single_n, lambda: [q.push([m]) for m in messages[:single_n]])
@@ -93,7 +101,8 @@ def one_run(client: Any, n: int) -> dict[str, float]:
         out["raw Redis HSET+ZADD, pipelined"] = _rate(
             n, lambda: _raw_push(client, prefix, messages))
         client.delete(f"{prefix}.raw.h", f"{prefix}.raw.z")
-        p50, p99 = _lateness(q, client)
+        cuts = statistics.quantiles(waiting_pop_lateness(q, client), n=100)
+        p50, p99 = cuts[49], cuts[98]
         out["waiting pop lateness p50 (ms)"] = p50
         out["waiting pop lateness p99 (ms)"] = p99
         q.clear()

@@ -29,6 +29,8 @@ from rich.table import Table
 from dynoqueue import Message, QueuePolicy, RateLimit, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import RedisServer
 
+from .core_throughput import pop_ack_all
+
 
 def _round(queues: RedisQueues, admin: Any, policy: QueuePolicy, messages: int,
            batch: int) -> tuple[float, float]:
@@ -37,12 +39,7 @@ def _round(queues: RedisQueues, admin: Any, policy: QueuePolicy, messages: int,
         q.push([Message(f"m{j}", "x" * 100) for j in range(i, min(i + 500, messages))])
     admin.config_resetstat()
     started = time.perf_counter()
-    done = 0
-    while done < messages:
-        got = q.pop(batch)
-        if not got:
-            break
-        done += q.ack_many(got)
+    done = pop_ack_all(q, batch)
     seconds = time.perf_counter() - started
     usec = sum(float(v["usec"]) for k, v in admin.info("commandstats").items()
                if k in ("cmdstat_evalsha", "cmdstat_eval"))

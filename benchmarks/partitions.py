@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -37,7 +36,8 @@ from rich.table import Table
 from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import RedisServer, cluster
 from dynoqueue.errors import RedisOperationError
-from dynoqueue.model.partitions import partition_keys, partition_of
+
+from .core_throughput import pop_ack_all, waiting_pop_lateness
 
 BATCH = 100
 
@@ -68,12 +68,7 @@ def _run(queues: RedisQueues, partitions: int, messages: int,
     push_s, push_cpu = time.perf_counter() - started, time.process_time() - cpu
     push_usec, push_calls = _server_usec(admins), _calls(admins)
     cpu, started = time.process_time(), time.perf_counter()
-    done = 0
-    while done < messages:
-        got = q.pop(batch)
-        if not got:
-            break
-        done += q.ack_many(got)
+    done = pop_ack_all(q, batch)
     pop_s, pop_cpu = time.perf_counter() - started, time.process_time() - cpu
     usec = _server_usec(admins)
     calls = _calls(admins)
@@ -124,33 +119,6 @@ def one_server(rounds: int, messages: int, console: Console, batch: int = BATCH)
     console.print(table)
 
 
-def _lateness(q: Any, client: Any, partitions: int, count: int = 1000,
-              spread_ms: int = 2000) -> list[float]:
-    """``count`` messages due over ``spread_ms``, one consumer that takes what is due and
-    otherwise waits (doorbells); lateness = receive time - due time, ms."""
-    q.push([Message(f"d{i}", timeout=200 + i * spread_ms // count) for i in range(count)])
-    # The due time is the score's whole ms (the server's clock: this same machine).
-    layout = partition_keys(q.keys, partitions)
-    pipe = client.pipeline(transaction=False)
-    for i in range(count):
-        pipe.zscore(layout[partition_of(f"d{i}", partitions)].queue_shard(q.local_shard),
-                    f"d{i}")
-    due = {f"d{i}": float(int(score)) for i, score in enumerate(pipe.execute())}
-    lateness: list[float] = []
-
-    def consume() -> None:
-        while len(lateness) < count:
-            batch = q.pop(100) or q.pop(1, wait_ms=500)
-            now = time.time() * 1000
-            lateness.extend(now - due[m.id] for m in batch)
-            q.ack_many(batch)
-
-    worker = threading.Thread(target=consume)
-    worker.start()
-    worker.join(timeout=30)
-    return lateness
-
-
 def lateness(rounds: int, console: Console) -> None:
     """Lateness through a waiting pop on one server, ``partitions=1`` vs ``8``."""
     got: dict[int, list[float]] = {1: [], 8: []}
@@ -161,7 +129,7 @@ def lateness(rounds: int, console: Console) -> None:
             for r in range(rounds):
                 for c in ((1, 8) if r % 2 == 0 else (8, 1)):
                     q = queues.get(f"late-{c}-{r}", QueuePolicy(partitions=c))
-                    got[c] += _lateness(q, client, c)
+                    got[c] += waiting_pop_lateness(q, client, c)
         client.close()
     table = Table(title=f"One redis-server: lateness through a waiting pop, ms ({rounds} x "
                         "1,000 messages due over 2 s, one consumer)")

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from dynoqueue import RedisQueues, StaticShardSupplier
+from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer, ZoneRing, single, zone_ring
 
 from .apis import API_NAMES, Bridge
@@ -192,3 +193,32 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(HEADER)
         for row in SUMMARY_ROWS:
             terminalreporter.write_line(row)
+
+
+@pytest.fixture(params=["sync", "async"])
+def factories(request: pytest.FixtureRequest, redis_server: RedisServer,
+              bridge: Bridge) -> Iterator[Callable[..., Any]]:
+    """Make factories of one key prefix on the session's redis-server, on the parametrised API
+    (sync, or asyncio behind a blocking view): ``make(local="a", **options)`` gives one whose
+    local zone is ``local`` of the shards a, b and c, its reprocessor off unless ``options``
+    say otherwise. All are closed after the test (one the test closed already is skipped)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    made: list[Any] = []
+
+    def make(local: str = "a", **options: Any) -> Any:
+        settings = {"key_prefix": prefix, "unack_handler_interval_ms": 0, **options}
+        supplier = StaticShardSupplier(["a", "b", "c"], local)
+        if request.param == "async":
+            queues: Any = bridge.wrap_factory(AsyncRedisQueues.from_url(
+                redis_server.url, shard_supplier=supplier, **settings))
+        else:
+            queues = RedisQueues.from_url(redis_server.url, shard_supplier=supplier, **settings)
+        made.append(queues)
+        return queues
+
+    yield make
+    for queues in made:
+        try:
+            queues.close()
+        except Exception:  # closed by the test already
+            pass

@@ -8,13 +8,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-import dynoqueue.asyncio as dqa
 from dynoqueue import (
     ConfigurationError,
     Message,
@@ -25,8 +24,6 @@ from dynoqueue import (
 )
 from dynoqueue.embedded import RedisServer
 from dynoqueue.model.partitions import partition_keys
-
-from .apis import Bridge
 
 SHARDS = ["a", "b", "c"]
 
@@ -66,30 +63,6 @@ def test_partition_shares_sum_to_the_whole() -> None:
 
 
 # ---------------------------------------------------------------------------- on a server
-
-
-@pytest.fixture(params=["sync", "async"])
-def factories(request: pytest.FixtureRequest, redis_server: RedisServer,
-              bridge: Bridge) -> Iterator[Callable[..., Any]]:
-    """Make factories of one key prefix on the test server, one per zone asked, on the
-    parametrised API; all closed after the test."""
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    made: list[Any] = []
-
-    def make(local: str = "a", **options: Any) -> Any:
-        settings = {"key_prefix": prefix, "unack_handler_interval_ms": 0, **options}
-        supplier = StaticShardSupplier(SHARDS, local)
-        if request.param == "async":
-            queues: Any = bridge.wrap_factory(dqa.RedisQueues.from_url(
-                redis_server.url, shard_supplier=supplier, **settings))
-        else:
-            queues = RedisQueues.from_url(redis_server.url, shard_supplier=supplier, **settings)
-        made.append(queues)
-        return queues
-
-    yield make
-    for queues in made:
-        queues.close()
 
 
 def _leased_in_redis(client: Any, q: Any, partitions: int = 1) -> int:

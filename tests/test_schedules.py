@@ -9,14 +9,13 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
-import dynoqueue.asyncio as dqa
 from dynoqueue import (
     InvalidArgumentError,
     QueuePolicy,
@@ -26,7 +25,6 @@ from dynoqueue import (
 from dynoqueue.embedded import RedisServer
 from dynoqueue.model.schedules import Schedule, new_schedule, plan
 
-from .apis import Bridge
 from .conftest import FakeClock
 
 SHARDS = ["a", "b", "c"]
@@ -110,31 +108,6 @@ def test_missed_ticks_follow_catch_up(catch_up: str, expected: list[int]) -> Non
 
 
 # ---------------------------------------------------------------------------- on a server
-
-
-@pytest.fixture(params=["sync", "async"])
-def factories(request: pytest.FixtureRequest, redis_server: RedisServer,
-              bridge: Bridge) -> Iterator[Callable[..., Any]]:
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    made: list[Any] = []
-
-    def make(local: str = "a", **options: Any) -> Any:
-        settings = {"key_prefix": prefix, "unack_handler_interval_ms": 0, **options}
-        supplier = StaticShardSupplier(SHARDS, local)
-        if request.param == "async":
-            queues: Any = bridge.wrap_factory(dqa.RedisQueues.from_url(
-                redis_server.url, shard_supplier=supplier, **settings))
-        else:
-            queues = RedisQueues.from_url(redis_server.url, shard_supplier=supplier, **settings)
-        made.append(queues)
-        return queues
-
-    yield make
-    for queues in made:
-        try:
-            queues.close()
-        except Exception:  # closed by the test already
-            pass
 
 
 def test_schedule_queues_ticks_that_come_due_as_messages(factories: Callable[..., Any]) -> None:

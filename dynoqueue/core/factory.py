@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, Unpack, cast
 
 from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import QueueKeys, check_name, check_queue_name, scheduled_queues
+from ..model.message import as_text
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
@@ -340,7 +341,7 @@ class QueuesBase(Generic[Q]):
         opened = {queue._core.name: queue._core for queue in self.queues() if not queue.closed}
         horizon = horizon_for(self.settings)
         total = 0
-        for name in sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw):
+        for name in sorted(as_text(n) for n in raw):
             if self._closed:
                 break
             core = opened.get(name) or self._discovered_core(name)

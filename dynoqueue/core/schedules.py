@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..model.keys import scheduled_queues
-from ..model.message import Message
+from ..model.message import Message, as_text
 from ..model.schedules import Schedule, new_schedule, plan, ticks_from
 from .requests import QUORUM, Op
 from .state import SCRIPT_BATCH, QueueState
@@ -114,14 +114,14 @@ def _upsert(base: Scheduling, route: Route, make: Callable[[int], Schedule],
     key = base.keys.schedules
     now = yield from _now(base)
     schedule = make(now)
+    record = schedule.to_json()
     old = yield from base._command("schedule", key, QUORUM, "HGET", key, schedule.id)
-    yield from base._command("schedule", key, QUORUM, "HSET", key, schedule.id,
-                             schedule.to_json())
+    yield from base._command("schedule", key, QUORUM, "HSET", key, schedule.id, record)
     registry = scheduled_queues(base.settings.key_prefix)
     yield from base._command("schedule", registry, QUORUM, "SADD", registry, base.name)
     if old is not None:
         yield from _drop_queued(route, Schedule.from_json(schedule.id, old), now)
-    yield from _pass_one(base, route, schedule.id, schedule.to_json(), now, horizon_ms)
+    yield from _pass_one(base, route, schedule.id, record, now, horizon_ms)
     raw = yield from base._command("schedule", key, QUORUM, "HGET", key, schedule.id)
     return Schedule.from_json(schedule.id, raw) if raw is not None else schedule
 
@@ -130,8 +130,7 @@ def listed(base: Scheduling) -> Op[list[Schedule]]:
     """Every schedule of ``base``'s queue, by id (DynoQueue.schedules)."""
     key = base.keys.schedules
     raws = yield from base._command("schedules", key, QUORUM, "HGETALL", key)
-    return sorted((Schedule.from_json(_text(sid), raw) for sid, raw in dict(raws).items()),
-                  key=lambda s: s.id)
+    return Schedule.all_from(raws)
 
 
 def remove(base: Scheduling, route: Route, schedule_id: str) -> Op[bool]:
@@ -164,7 +163,7 @@ def run_pass(base: Scheduling, route: Route, horizon_ms: int) -> Op[int]:
     now = yield from _now(base)
     queued = 0
     for sid, raw in dict(raws).items():
-        queued += yield from _pass_one(base, route, _text(sid), raw, now, horizon_ms)
+        queued += yield from _pass_one(base, route, as_text(sid), raw, now, horizon_ms)
     return queued
 
 
@@ -197,7 +196,7 @@ def _pass_one(base: Scheduling, route: Route, schedule_id: str, raw: Any, now: i
         pushed += yield from core._push_ticks(messages, forget_below)
     key = base.keys.schedules
     yield from base._script("run_schedules", key, "sched_cas", [key],
-                            [schedule_id, _text(raw), planned.after.to_json()])
+                            [schedule_id, as_text(raw), planned.after.to_json()])
     return pushed
 
 
@@ -212,6 +211,3 @@ def _drop_queued(route: Route, old: Schedule, now: int) -> Op[None]:
         message_id = old.message_id(tick)
         yield from route(message_id)._forget_tick(message_id)
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -39,7 +39,7 @@ from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from ..model.partitions import partition_keys
 from ..model.schedules import Schedule
-from ..model.states import QueuePolicy, stored_partitions
+from ..model.states import QueuePolicy, readable_policy, stored_partitions
 from .names import WAITING_BUCKETS
 
 #: Commands per queue and shard in the pipeline (ZCARD, ZCOUNT ready, oldest, ZCARD unack,
@@ -250,26 +250,11 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
         raise RedisOperationError("stats", names[0], str(exc)) from exc
     cost.round_trips += 2
     cost.commands += 1 + 2 * len(names) + len(commands)
-    return [dataclasses.replace(stats, policy=_policy(raw), schedules=_schedules(found))
+    # Unreadable records are left out: the queue's own calls say what is wrong.
+    return [dataclasses.replace(stats, policy=readable_policy(raw),
+                                schedules=Schedule.all_from(found, skip_unreadable=True))
             for stats, raw, found in zip(decode(queues, names, layouts, now_ms, replies),
                                          policies, schedules, strict=True)]
-
-
-def _policy(raw: Any) -> QueuePolicy | None:
-    try:
-        return QueuePolicy.from_json(raw) if raw else None
-    except ValueError:  # unreadable: the queue's own calls say so
-        return None
-
-
-def _schedules(found: Any) -> list[Schedule]:
-    out = []
-    for sid, raw in dict(found or {}).items():
-        try:
-            out.append(Schedule.from_json(sid.decode() if isinstance(sid, bytes) else sid, raw))
-        except ValueError:  # unreadable: the queue's own calls say so
-            continue
-    return sorted(out, key=lambda s: s.id)
 
 
 async def list_queues_async(queues: Any) -> list[str]:

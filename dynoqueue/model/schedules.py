@@ -28,6 +28,7 @@ import orjson
 
 from ..errors import ConfigurationError, InvalidArgumentError
 from . import validate
+from .message import as_text
 
 #: catch_up="all" queues at most this many missed ticks (the latest).
 MAX_CATCH_UP = 1000
@@ -93,6 +94,22 @@ class Schedule:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
                 f"schedule {schedule_id!r}: the stored record is unreadable: {raw!r:.80}") from exc
+
+    @classmethod
+    def all_from(cls, records: Any, *, skip_unreadable: bool = False) -> list[Schedule]:
+        """The schedules of a queue's records hash (an HGETALL reply), by id.
+
+        Raises:
+            ConfigurationError: a record is unreadable (unless ``skip_unreadable``).
+        """
+        out = []
+        for schedule_id, raw in dict(records or {}).items():
+            try:
+                out.append(cls.from_json(as_text(schedule_id), raw))
+            except ConfigurationError:
+                if not skip_unreadable:
+                    raise
+        return sorted(out, key=lambda s: s.id)
 
     def message_id(self, tick_ms: int) -> str:
         """The id of tick ``tick_ms``'s message."""

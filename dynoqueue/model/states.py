@@ -170,15 +170,22 @@ class QueuePolicy:
             raise ConfigurationError(f"the stored queue policy is unreadable: {raw!r:.80}") from exc
 
 
-def stored_partitions(raw_policy: bytes | str | None) -> int:
-    """The partition count a queue's stored policy (the value of its policy key) names: 1
-    for none stored, one unreadable (the queue's own calls say so), or one without ``parts``."""
+def readable_policy(raw_policy: bytes | str | None) -> QueuePolicy | None:
+    """A queue's stored policy (the value of its policy key), or None when none is stored or
+    it is unreadable (the queue's own calls say so): for readers that look, never fail."""
     if not raw_policy:
-        return 1
+        return None
     try:
-        return QueuePolicy.from_json(raw_policy).partitions
+        return QueuePolicy.from_json(raw_policy)
     except ConfigurationError:
-        return 1
+        return None
+
+
+def stored_partitions(raw_policy: bytes | str | None) -> int:
+    """The partition count a queue's stored policy names: 1 for none stored, one unreadable,
+    or one without ``parts``."""
+    policy = readable_policy(raw_policy)
+    return 1 if policy is None else policy.partitions
 
 
 class MessageState(enum.Enum):

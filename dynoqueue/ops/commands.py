@@ -11,6 +11,7 @@ from typing import Any
 from ..connect.urls import redact_url
 from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
+from ..model.message import as_text
 from ..model.schedules import schedule_fields
 from ..model.states import MessageInfo, QueuePolicy
 from . import render
@@ -81,7 +82,7 @@ def schedules(args: argparse.Namespace) -> int:
             existing_queue(queues, name, where)
         if not names:
             raw = queues.quorum_conn.smembers(scheduled_queues(queues.key_prefix))
-            names = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in raw)
+            names = sorted(as_text(n) for n in raw)
         rows = [{"queue": name, **schedule_fields(s)}
                 for name in names for s in queues.get(name).schedules()]
     if args.json:
