@@ -26,7 +26,7 @@ below them):
 6 worker    worker/ (driven by any queue object; the front doors re-export Worker)
 7 api       dynoqueue/__init__.py, dynoqueue/asyncio/__init__.py (the public names)
 8 product   metrics/, conductor/, server/, ops/, cli.py, __main__.py, embedded/, flights/,
-            demo/, spark/: each on the public API; sideways edges between them are listed and
+            demo/, spark/, tracing/: each on the public API; sideways edges between them are listed and
             must be allowlisted.
 
 An edge goes to the module named: ``from . import x`` is an edge to ``pkg.x`` when that is a
@@ -76,6 +76,7 @@ LAYER_OF = {
     "dynoqueue.flights": "product",
     "dynoqueue.demo": "product",
     "dynoqueue.spark": "product",
+    "dynoqueue.tracing": "product",
 }
 
 #: The product a product-layer module belongs to (for sideways edges): its first part below

@@ -26,6 +26,7 @@ from .batching import Batcher, wait_failed
 from .common import (
     Doorbells,
     answered_here,
+    endpoint_of,
     filled_pipeline,
     outcomes,
     replica_node,
@@ -239,6 +240,10 @@ class AsyncDriver:
         if doorbell.enabled:
             await doorbell.wait_until_listening(timeout_s=min(2.0, seconds_left(4.0) / 2))
         return doorbell
+
+    def endpoint(self) -> tuple[str, int | None] | None:
+        """The server writes go to (see :func:`endpoint_of`), for telemetry."""
+        return endpoint_of(self._clients[rq.QUORUM])
 
     async def close_doorbell(self, core: QueueCore, timeout_s: float = 5.0) -> None:
         """Stop the doorbell of ``core``'s queue, waking its waiting pops; wait up to

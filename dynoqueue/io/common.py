@@ -69,6 +69,23 @@ def replica_node(cluster: Any, key: str) -> Any:
         cluster.keyslot(key), load_balancing_strategy=cluster.load_balancing_strategy)
 
 
+def endpoint_of(client: Any) -> tuple[str, int | None] | None:
+    """The server a client talks to, for telemetry: ``(host, port)``, ``(socket path, None)``
+    for a Unix socket, a Cluster's default node, or None where the pool finds its server at
+    connect time (Sentinel)."""
+    node = getattr(client, "get_default_node", None)
+    if node is not None:  # a Cluster client (either API)
+        default = node()
+        return (default.host, int(default.port)) if default is not None else None
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if kwargs.get("path"):
+        return str(kwargs["path"]), None
+    host, port = kwargs.get("host"), kwargs.get("port")
+    if not host or type(client.connection_pool).__name__.startswith("Sentinel"):
+        return None
+    return str(host), int(port) if port is not None else None
+
+
 def filled_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> Any:
     """A non-transactional pipeline of ``client`` holding ``commands``, not yet sent."""
     pipe = client.pipeline(transaction=False)

@@ -30,7 +30,7 @@ from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
 from . import common
-from .common import Doorbells, answered_here
+from .common import Doorbells, answered_here, endpoint_of
 from .pinned import BIG_SEND, Pin, can_poll
 from .thread_doorbell import ThreadDoorbell
 
@@ -309,6 +309,10 @@ class SyncDriver:
         if doorbell.enabled:
             doorbell.wait_until_listening(timeout_s=min(2.0, seconds_left(4.0) / 2))
         return doorbell
+
+    def endpoint(self) -> tuple[str, int | None] | None:
+        """The server writes go to (see :func:`endpoint_of`), for telemetry."""
+        return endpoint_of(self._clients[rq.QUORUM])
 
     def close_doorbell(self, core: QueueCore, timeout_s: float = 5.0) -> None:
         """Stop the doorbell of ``core``'s queue, waking its waiting pops; wait up to

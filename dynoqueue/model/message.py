@@ -150,7 +150,7 @@ class Message:
         if self.receipt is not None and not isinstance(self.receipt, str):
             raise InvalidMessageError(f"message {self.id!r}: receipt must be str or None")
         if self.headers is not None:
-            _check_headers(self.id, self.headers)
+            check_headers(self.id, self.headers)
         if self.group is not None:
             if not isinstance(self.group, str) or not self.group:
                 raise InvalidMessageError(
@@ -242,8 +242,10 @@ MAX_HEADERS = 64
 MAX_HEADERS_BYTES = 8192
 
 
-def _check_headers(message_id: str, headers: Any) -> None:
-    """Raise InvalidMessageError unless ``headers`` is a dict of str to str within the limits."""
+def check_headers(message_id: str, headers: Any) -> None:
+    """Raise InvalidMessageError unless ``headers`` is a dict of str to str within the limits
+    (:data:`MAX_HEADERS` entries, :data:`MAX_HEADERS_BYTES` bytes as JSON); ``message_id``
+    names the message in the error."""
     if type(headers) is not dict:
         raise InvalidMessageError(f"message {message_id!r}: headers must be a dict of str to "
                                   f"str or None, got {headers!r:.80}")

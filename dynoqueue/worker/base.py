@@ -20,6 +20,12 @@ log = logging.getLogger("dynoqueue.worker")
 #: The signals a Worker's run() handles when it runs in the main thread.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+#: Wrappers of a Worker's handler, applied in order when its run starts:
+#: ``wrap(worker, handler) -> handler`` of the same kind (sync or async).
+#: :func:`dynoqueue.tracing.instrument` adds the one that makes each call a ``process`` span;
+#: with none (the default) the handler is called as given, at no cost.
+HANDLER_WRAPPERS: list[Callable[[Any, Callable[..., Any]], Callable[..., Any]]] = []
+
 
 class WorkerBase:
     """A Worker's arguments and engine (see :class:`dynoqueue.Worker` for the arguments)."""
@@ -39,6 +45,8 @@ class WorkerBase:
             batch_size=batch_size, shutdown_grace_ms=shutdown_grace_ms, hooks=hooks)
         self.queue = queue
         self.handler = handler
+        #: What the drivers call per message: the handler, wrapped (see HANDLER_WRAPPERS).
+        self._handler = handler
         self._init_driver()
         self._engine = WorkerEngine(self.settings, idle_wait_ms=self.idle_wait_ms,
                                     ring=self._ring)
@@ -70,6 +78,8 @@ class WorkerBase:
             if self._started:
                 raise InvalidArgumentError("this Worker has run already; make a new one")
             self._started = True
+            for wrap in HANDLER_WRAPPERS:
+                self._handler = wrap(self, self._handler)
 
     def _on_signal(self, signum: int, frame: object = None) -> None:
         """A stop signal, counted only: the sync Worker's main thread acts on it (taking a lock

@@ -130,7 +130,7 @@ class Worker(WorkerBase):
 
     async def _drive(self, program: Program) -> None:
         step = Step(program)
-        handler, streak = self.handler, 0
+        handler, streak = self._handler, 0
         try:
             while step.pending:
                 request = step.request

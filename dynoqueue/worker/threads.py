@@ -216,7 +216,7 @@ class Worker(WorkerBase):
 
     def _handle(self, message: Message) -> BaseException | None:
         try:
-            self.handler(message)
+            self._handler(message)
         except BaseException as exc:  # a handler failure of any kind nacks its message
             return exc
         return None

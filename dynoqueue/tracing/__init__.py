@@ -1,0 +1,133 @@
+"""OpenTelemetry traces that follow a message from its push to its handler (extra ``otel``).
+
+``pip install 'dynoqueue[otel]'`` adds ``opentelemetry-api``; configure an SDK (or run under
+``opentelemetry-instrument``) to export the spans. Then::
+
+    from dynoqueue import tracing
+    tracing.instrument()            # every queue of both APIs, and Workers started after it
+
+Once instrumented (spans named as in the OpenTelemetry messaging semantic conventions):
+
+* a push (``push``, ``ensure``) makes one ``send {queue}`` PRODUCER span per call, current while
+  it runs, and gives each message a creation context, injected into its headers with the
+  global propagator (W3C ``traceparent`` / ``tracestate`` by default): the send span itself
+  for one message, a ``create {queue}`` span per message (children of the send span) for a
+  batch. A message that already carries a creation context keeps it;
+* a pop makes a ``receive {queue}`` CLIENT span linked to each message's creation context
+  (a pop that returns nothing makes none unless ``empty_receives``);
+* a :class:`~dynoqueue.Worker` (both APIs) makes one ``process {queue}`` CONSUMER span per
+  handler call, linked to the message's creation context (or its child), with the handler
+  running inside it, so the handler's own spans are its children; it records what the Worker
+  does with the message (``messaging.dynoqueue.outcome``: ack, retry, nack, dead_letter) and
+  the handler's error (status, exception event, ``error.type``). Code that pops and handles
+  messages itself gets the same span from :func:`processing`;
+* ``ack``, ``ack_many``, ``nack``, ``nack_many``, ``dead_letter``, ``release`` and ``redrive``
+  make ``settle {queue}`` CLIENT spans.
+
+The attribute table is in docs/operations.md ("Tracing"). Not instrumented (the default), the
+queue classes run their own methods: tracing costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.propagators.textmap import TextMapPropagator
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError("dynoqueue.tracing needs opentelemetry-api: pip install "
+                      "'dynoqueue[otel]'") from exc
+
+from .. import __version__
+from ..errors import InvalidArgumentError
+from ..model.message import Message
+from .patch import Patches
+from .spans import SCHEMA_URL, Telemetry
+
+__all__ = ["instrument", "is_instrumented", "processing", "uninstrument"]
+
+_lock = threading.Lock()
+_active: tuple[Telemetry, Patches] | None = None
+
+
+def instrument(*, tracer_provider: trace.TracerProvider | None = None,
+               propagator: TextMapPropagator | None = None, process_parent: str = "link",
+               empty_receives: bool = False) -> None:
+    """Trace every queue of both APIs, and the Workers whose run starts from now on.
+
+    Calling it again replaces the options. Mirrors what ``opentelemetry-instrument`` does
+    through :class:`dynoqueue.tracing.instrumentor.DynoqueueInstrumentor` (SQS's trace
+    propagation through message attributes, Celery's through message headers).
+
+    Args:
+        tracer_provider: where spans go (default: the global tracer provider, as set by
+            the SDK or ``opentelemetry-instrument``).
+        propagator: injects and extracts the creation context (default: the global one,
+            read at each call; W3C trace context and baggage unless configured otherwise).
+        process_parent: ``"link"`` (default): a ``process`` span starts a trace of its own
+            with a link to the message's creation context (the producer's trace may have
+            ended long before); ``"child"``: it continues the producer's trace.
+        empty_receives: also make a ``receive`` span for a pop that returns nothing (a
+            Worker's idle pops make one each per wait).
+
+    Raises:
+        InvalidArgumentError: process_parent is neither "link" nor "child".
+    """
+    global _active
+    if process_parent not in ("link", "child"):
+        raise InvalidArgumentError(
+            f"process_parent must be 'link' or 'child', got {process_parent!r:.40}")
+    if type(empty_receives) is not bool:
+        raise InvalidArgumentError(f"empty_receives must be a bool, got {empty_receives!r:.40}")
+    tracer = trace.get_tracer("dynoqueue", __version__, tracer_provider, schema_url=SCHEMA_URL)
+    telemetry = Telemetry(tracer, propagator, process_parent, empty_receives)
+    with _lock:
+        if _active is not None:
+            _active[1].remove()
+        _active = telemetry, Patches(telemetry)
+
+
+def uninstrument() -> None:
+    """Stop tracing: the queue classes get their own methods back (a Worker already running
+    keeps tracing its handler until it stops). Does nothing if not instrumented."""
+    global _active
+    with _lock:
+        if _active is not None:
+            _active[1].remove()
+            _active = None
+
+
+def is_instrumented() -> bool:
+    """True between instrument() and uninstrument()."""
+    return _active is not None
+
+
+@contextlib.contextmanager
+def processing(queue: Any, message: Message) -> Iterator[trace.Span | None]:
+    """The ``process`` span of a message handled outside a Worker (what a Worker makes per
+    handler call), current inside the block; an exception leaving the block is recorded on
+    it (and propagates). Works in sync and asyncio code alike.
+
+    Args:
+        queue: the DynoQueue (either API) the message was popped from.
+        message: the popped message.
+
+    Yields:
+        The span, or None when not instrumented (the block then runs untraced).
+    """
+    active = _active
+    if active is None:
+        yield None
+        return
+    finish = active[0].process(queue, message)
+    span = trace.get_current_span()
+    try:
+        yield span
+    except BaseException as exc:
+        finish(None, exc)
+        raise
+    finish(None, None)

@@ -1,0 +1,296 @@
+"""The spans of one instrumentation: what each kind of queue call records, and the trace
+context a message carries in its headers.
+
+:class:`Telemetry` holds the tracer and the options of :func:`dynoqueue.tracing.instrument`;
+:mod:`dynoqueue.tracing.patch` calls it around the façade methods (the same code for the sync
+and the asyncio API) and around a Worker's handler. Names and attributes follow the
+OpenTelemetry messaging semantic conventions (span ``"{operation type} {queue}"``,
+``messaging.operation.type`` create / send / receive / process / settle).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import TextMapPropagator
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ..errors import InvalidMessageError
+from ..model.message import Message, check_headers
+from ..worker.outcomes import DeadLetterNow, Retry
+
+#: ``messaging.system`` of every span.
+SYSTEM = "dynoqueue"
+#: The semantic conventions' version the attribute names follow (the tracer's schema URL).
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.27.0"
+
+# Attribute names (OpenTelemetry messaging semantic conventions; messaging.dynoqueue.* are ours).
+SYSTEM_ATTR = "messaging.system"
+DESTINATION = "messaging.destination.name"
+OPERATION_TYPE = "messaging.operation.type"
+OPERATION_NAME = "messaging.operation.name"
+MESSAGE_ID = "messaging.message.id"
+BATCH_COUNT = "messaging.batch.message_count"
+DELIVERY_COUNT = "messaging.dynoqueue.message.delivery_count"
+SHARD = "messaging.dynoqueue.shard"
+OUTCOME = "messaging.dynoqueue.outcome"
+RETRY_DELAY = "messaging.dynoqueue.retry_delay_ms"
+SETTLED = "messaging.dynoqueue.settled"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+ERROR_TYPE = "error.type"
+
+#: Most links one span gets (the SDK's default span limit): a receive or settle of a bigger
+#: batch links the first ones.
+MAX_LINKS = 128
+
+#: Ends a span that a call began: ``finish(result, error)``.
+Finish = Callable[[Any, BaseException | None], None]
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def error_type(error: BaseException) -> str:
+    """``error.type`` of an exception: its class's qualified name (builtins unprefixed)."""
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _fits(message_id: str, headers: dict[str, str]) -> bool:
+    try:
+        check_headers(message_id, headers)
+    except InvalidMessageError:
+        return False
+    return True
+
+
+class Telemetry:
+    """What an instrumentation records (see :func:`dynoqueue.tracing.instrument` for the
+    arguments)."""
+
+    def __init__(self, tracer: trace.Tracer, propagator: TextMapPropagator | None,
+                 process_parent: str, empty_receives: bool) -> None:
+        self.tracer = tracer
+        self._propagator = propagator
+        self.process_as_child = process_parent == "child"
+        self.empty_receives = empty_receives
+        self._servers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = \
+            weakref.WeakKeyDictionary()
+
+    def propagator(self) -> TextMapPropagator:
+        """The propagator given to instrument(), else the global one (read at each call, so a
+        later ``set_global_textmap`` applies)."""
+        return self._propagator or propagate.get_global_textmap()
+
+    # ------------------------------------------------------------------------- attributes
+
+    def attributes(self, queue: Any, op_type: str, op_name: str) -> dict[str, Any]:
+        """What every span of ``queue`` carries: system, queue, operation, server."""
+        attrs = {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: op_type,
+                 OPERATION_NAME: op_name}
+        server = self._servers.get(queue)
+        if server is None:
+            server = self._servers[queue] = _server_attributes(queue)
+        attrs.update(server)
+        return attrs
+
+    @staticmethod
+    def _one(attrs: dict[str, Any], message: Message) -> None:
+        attrs[MESSAGE_ID] = message.id
+        if message.deliveries:
+            attrs[DELIVERY_COUNT] = message.deliveries
+        if message.shard is not None:
+            attrs[SHARD] = message.shard
+
+    # ------------------------------------------------------------------------- contexts
+
+    def creation(self, message: Any) -> Context | None:
+        """The creation context a message carries in its headers, or None."""
+        headers = getattr(message, "headers", None)
+        if not headers or type(headers) is not dict:
+            return None
+        extracted = self.propagator().extract(headers)
+        if not trace.get_current_span(extracted).get_span_context().is_valid:
+            return None
+        return extracted
+
+    def _links(self, messages: Sequence[Any]) -> list[Link]:
+        links = []
+        for message in messages:
+            created = self.creation(message)
+            if created is not None:
+                links.append(Link(trace.get_current_span(created).get_span_context()))
+                if len(links) >= MAX_LINKS:
+                    break
+        return links
+
+    def _carry(self, message: Any, context: Context, propagator: TextMapPropagator) -> Any:
+        """``message`` with ``context`` injected into (a copy of) its headers. Left as it is:
+        anything but a valid Message (push then raises its error), a message that already
+        carries a creation context (it keeps its first one), and one whose headers the context
+        would take over their limits (then W3C trace context alone is tried)."""
+        if type(message) is not Message:
+            return message
+        headers = message.headers
+        if headers is not None and (type(headers) is not dict or not _fits(message.id, headers)
+                                    or self.creation(message) is not None):
+            return message
+        carrier = dict(headers) if headers else {}
+        propagator.inject(carrier, context=context)
+        if not _fits(message.id, carrier):
+            carrier = dict(headers) if headers else {}
+            _W3C.inject(carrier, context=context)
+            if not _fits(message.id, carrier):
+                return message
+        if carrier == (headers or {}):
+            return message
+        traced = copy.copy(message)
+        traced.headers = carrier
+        return traced
+
+    # ------------------------------------------------------------------------- calls
+
+    def send(self, queue: Any, op_name: str, messages: list[Any]) -> tuple[list[Any], Finish]:
+        """Begin a push of ``messages``: a ``send`` PRODUCER span, current while the push runs,
+        and the messages to push instead, each carrying its creation context: the send span
+        for one message, else a ``create`` span per message (a child of the send span)."""
+        attrs = self.attributes(queue, "send", op_name)
+        count = len(messages)
+        if count == 1 and type(messages[0]) is Message:
+            attrs[MESSAGE_ID] = messages[0].id
+        elif count != 1:
+            attrs[BATCH_COUNT] = count
+        span = self.tracer.start_span(f"send {queue.name}", kind=SpanKind.PRODUCER,
+                                      attributes=attrs)
+        context = trace.set_span_in_context(span)
+        propagator = self.propagator()
+        if count == 1 or not span.is_recording():  # unsampled: no per-message spans
+            carried = [self._carry(m, context, propagator) for m in messages]
+        else:
+            carried = [self._create(queue, op_name, m, context, propagator) for m in messages]
+        token = otel_context.attach(context)
+
+        def finish(result: Any, error: BaseException | None) -> None:
+            otel_context.detach(token)
+            self._end(span, error)
+
+        return carried, finish
+
+    def _create(self, queue: Any, op_name: str, message: Any, parent: Context,
+                propagator: TextMapPropagator) -> Any:
+        if type(message) is not Message or self.creation(message) is not None:
+            return message
+        attrs = self.attributes(queue, "create", op_name)
+        attrs[MESSAGE_ID] = message.id
+        create = self.tracer.start_span(f"create {queue.name}", context=parent,
+                                        kind=SpanKind.PRODUCER, attributes=attrs)
+        try:
+            return self._carry(message, trace.set_span_in_context(create, parent), propagator)
+        finally:
+            create.end()
+
+    def receive(self, queue: Any, op_name: str) -> Finish:
+        """Begin a pop: its ``receive`` CLIENT span is made when it ends (from its start), with
+        a link to each message's creation context; a pop that comes back empty makes none
+        unless ``empty_receives``."""
+        started = time.time_ns()
+
+        def finish(result: Any, error: BaseException | None) -> None:
+            messages = result if type(result) is list else [] if result is None else [result]
+            if not messages and error is None and not self.empty_receives:
+                return
+            attrs = self.attributes(queue, "receive", op_name)
+            if len(messages) == 1:
+                self._one(attrs, messages[0])
+            else:
+                attrs[BATCH_COUNT] = len(messages)
+            span = self.tracer.start_span(f"receive {queue.name}", kind=SpanKind.CLIENT,
+                                          attributes=attrs, links=self._links(messages),
+                                          start_time=started)
+            self._end(span, error)
+
+        return finish
+
+    def settle(self, queue: Any, op_name: str, target: Any) -> Finish:
+        """Begin an ack, nack, dead letter, release or redrive of ``target`` (an id, or a list
+        of ids or messages; None: every dead letter): a ``settle`` CLIENT span, linked to the
+        creation contexts of the messages given."""
+        attrs = self.attributes(queue, "settle", op_name)
+        links: list[Link] = []
+        if type(target) is list:
+            attrs[BATCH_COUNT] = len(target)
+            links = self._links(target)
+        elif type(target) is str:
+            attrs[MESSAGE_ID] = target
+        span = self.tracer.start_span(f"settle {queue.name}", kind=SpanKind.CLIENT,
+                                      attributes=attrs, links=links)
+        token = otel_context.attach(trace.set_span_in_context(span))
+
+        def finish(result: Any, error: BaseException | None) -> None:
+            otel_context.detach(token)
+            if error is None and type(result) in (bool, int):
+                span.set_attribute(SETTLED, result)
+                if target is None:
+                    span.set_attribute(BATCH_COUNT, result)
+            self._end(span, error)
+
+        return finish
+
+    def process(self, queue: Any, message: Message) -> Finish:
+        """Begin handling ``message``: a ``process`` CONSUMER span, linked to the message's
+        creation context (or its child, with ``process_parent="child"``), current until the
+        handler ends; its end records the outcome the Worker gives the message."""
+        created = self.creation(message)
+        attrs = self.attributes(queue, "process", "process")
+        self._one(attrs, message)
+        parent, links = None, []
+        if created is not None:
+            if self.process_as_child:
+                parent = created
+            else:
+                links = [Link(trace.get_current_span(created).get_span_context())]
+        span = self.tracer.start_span(f"process {queue.name}", context=parent,
+                                      kind=SpanKind.CONSUMER, attributes=attrs, links=links)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+
+        def finish(result: Any, error: BaseException | None) -> None:
+            otel_context.detach(token)
+            if error is None:
+                span.set_attribute(OUTCOME, "ack")
+            elif isinstance(error, Retry):
+                span.set_attribute(OUTCOME, "retry")
+                span.set_attribute(RETRY_DELAY, error.delay_ms)
+                error = None  # asked for, not a failure
+            elif isinstance(error, DeadLetterNow):
+                span.set_attribute(OUTCOME, "dead_letter")
+            elif isinstance(error, Exception):
+                span.set_attribute(OUTCOME, "nack")
+            self._end(span, error)
+
+        return finish
+
+    @staticmethod
+    def _end(span: Span, error: BaseException | None) -> None:
+        if error is not None:
+            span.set_attribute(ERROR_TYPE, error_type(error))
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:200]))
+        span.end()
+
+
+def _server_attributes(queue: Any) -> dict[str, Any]:
+    """``server.address`` / ``server.port`` of the queue's writes, where known."""
+    endpoint = queue._driver.endpoint()  # the façade's driver: both APIs have one
+    if endpoint is None:
+        return {}
+    host, port = endpoint
+    return {SERVER_ADDRESS: host} if port is None else {SERVER_ADDRESS: host, SERVER_PORT: port}
