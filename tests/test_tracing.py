@@ -490,3 +490,27 @@ def test_the_instrumentor_and_opentelemetry_instrument(redis_server: RedisServer
     assert exported["name"] == "send auto" and exported["kind"] == "SpanKind.PRODUCER"
     assert exported["attributes"]["messaging.system"] == "dynoqueue"
     assert exported["resource"]["attributes"]["service.name"] == "shop"
+
+
+def test_the_example_prints_the_trace_the_docs_show(redis_server: RedisServer) -> None:
+    """examples/tracing.py, whose output docs/operations.md ("Tracing") shows: six spans, the
+    send span a child of the request, receive, process and settle linked to it, the handler's
+    span a child of the process span."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "examples", "tracing.py"),
+                           redis_server.url], capture_output=True, text=True, timeout=120,
+                          check=True)
+    decoder, text, at, printed = json.JSONDecoder(), done.stdout, 0, {}
+    while (start := text.find("{", at)) >= 0:
+        span, at = decoder.raw_decode(text, start)
+        printed[span["name"]] = span
+    assert sorted(printed) == ["POST /orders", "email customer", "process reminders",
+                               "receive reminders", "send reminders", "settle reminders"]
+    send = printed["send reminders"]["context"]["span_id"]
+    assert printed["send reminders"]["parent_id"] == printed["POST /orders"]["context"]["span_id"]
+    for name in ("receive reminders", "process reminders", "settle reminders"):
+        assert printed[name]["parent_id"] is None
+        assert [link["context"]["span_id"] for link in printed[name]["links"]] == [send]
+    assert printed["email customer"]["parent_id"] == \
+        printed["process reminders"]["context"]["span_id"]
+    assert printed["process reminders"]["attributes"]["messaging.dynoqueue.outcome"] == "ack"
