@@ -9,9 +9,16 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dynoqueue import InvalidMessageError, Message, QueuePolicy
-from dynoqueue.model.message import MAX_HEADERS, MAX_HEADERS_BYTES
+from dynoqueue.model.message import (
+    MAX_HEADERS,
+    MAX_HEADERS_BYTES,
+    check_headers,
+    plain_headers,
+)
 
 TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
          "tenant": "acme", "ünï": "cödé"}
@@ -59,3 +66,15 @@ def test_headers_come_back_through_the_whole_lifecycle(make_queues: Any, api: st
     assert q.get("m").headers == TRACE
     assert q.postpone("m", 60_000)
     assert q.get("m").headers == TRACE
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=90), st.text(max_size=90), max_size=10))
+def test_plain_headers_are_a_fast_yes_never_a_wrong_one(headers: dict[str, str]) -> None:
+    """The constructor's fast path takes plain_headers() as proof of validity: whatever it
+    accepts, the full check accepts too (so nothing over a limit slips through)."""
+    if plain_headers(headers):
+        check_headers("m", headers)  # raises if the fast path was wrong
+    longest = {f"h{i}": "\x1f" * 155 for i in range(8)}  # JSON's widest ASCII: 6 bytes each
+    assert plain_headers(longest)
+    check_headers("m", longest)

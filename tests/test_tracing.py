@@ -127,6 +127,8 @@ def test_bad_options_are_refused_before_anything_changes() -> None:
         tracing.instrument(process_parent="sibling")
     with pytest.raises(InvalidArgumentError, match="empty_receives"):
         tracing.instrument(empty_receives="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="create_spans"):
+        tracing.instrument(create_spans=1)  # type: ignore[arg-type]
     assert not tracing.is_instrumented() and HANDLER_WRAPPERS == []
 
 
@@ -514,3 +516,21 @@ def test_the_example_prints_the_trace_the_docs_show(redis_server: RedisServer) -
     assert printed["email customer"]["parent_id"] == \
         printed["process reminders"]["context"]["span_id"]
     assert printed["process reminders"]["attributes"]["messaging.dynoqueue.outcome"] == "ack"
+
+
+def test_without_create_spans_a_batch_carries_the_send_context(
+        factories: Callable[..., Any]) -> None:
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.instrument(tracer_provider=provider, create_spans=False)
+    try:
+        q = factories().get("lean")
+        q.push([Message(f"m{i}") for i in range(50)])
+        got = q.unsafe_pop_all_shards(50)
+    finally:
+        tracing.uninstrument()
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["send lean", "receive lean"]
+    send, receive = exporter.get_finished_spans()
+    assert {_traceparent_ids(m) for m in got} == {(send.context.trace_id, send.context.span_id)}
+    assert [link.context.span_id for link in receive.links] == [send.context.span_id]

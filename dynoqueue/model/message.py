@@ -95,9 +95,9 @@ class Message:
             PayloadTooLargeError: the payload's UTF-8 size exceeds ``max_payload_bytes``.
         """
         # The common message (ASCII id, payload and group, int fields in range, no shard or
-        # receipt) passes with a few comparisons; push runs this once per message on top of
-        # the constructor's run. Anything else takes the full checks below, which also name
-        # what is wrong.
+        # receipt, no headers or a few plain ones) passes with a few comparisons; push runs
+        # this once per message on top of the constructor's run. Anything else takes the full
+        # checks below, which also name what is wrong.
         id_, payload, timeout, priority = self.id, self.payload, self.timeout, self.priority
         due, most, ttl, group = self.due_at_ms, self.max_deliveries, self.ttl_ms, self.group
         if (type(id_) is str and type(timeout) is int and type(priority) is int and id_
@@ -111,7 +111,7 @@ class Message:
                 and (ttl is None or (type(ttl) is int and 1 <= ttl <= MAX_MS))
                 and (group is None or (type(group) is str and group and group.isascii()))
                 and self.shard is None and self.receipt is None and id_.isascii()
-                and self.headers is None):
+                and (self.headers is None or plain_headers(self.headers))):
             return
         self._check_each_field(max_payload_bytes)
 
@@ -240,6 +240,27 @@ _new_message = object.__new__
 #: Most entries and most JSON bytes of a message's headers.
 MAX_HEADERS = 64
 MAX_HEADERS_BYTES = 8192
+
+
+#: A header set of at most this many ASCII pairs, each at most this many characters (name and
+#: value), is within both limits whatever it holds: 8 * (160 * 6 + 6) < 8192, since JSON writes
+#: an ASCII character in at most 6 bytes (``\u001f``).
+_PLAIN_PAIRS = 8
+_PLAIN_PAIR_CHARS = 160
+
+
+def plain_headers(headers: Any) -> bool:
+    """Whether ``headers`` is a small header set that is valid without encoding it (a trace
+    context, a tenant): at most 8 pairs of non-empty ASCII names and ASCII values, each pair
+    at most 160 characters. False says nothing: :func:`check_headers` decides."""
+    if type(headers) is not dict or len(headers) > _PLAIN_PAIRS:
+        return False
+    for name, value in headers.items():
+        if (type(name) is not str or type(value) is not str or not name
+                or len(name) + len(value) > _PLAIN_PAIR_CHARS
+                or not name.isascii() or not value.isascii()):
+            return False
+    return True
 
 
 def check_headers(message_id: str, headers: Any) -> None:

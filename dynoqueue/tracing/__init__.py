@@ -56,7 +56,7 @@ _active: tuple[Telemetry, Patches] | None = None
 
 def instrument(*, tracer_provider: trace.TracerProvider | None = None,
                propagator: TextMapPropagator | None = None, process_parent: str = "link",
-               empty_receives: bool = False) -> None:
+               empty_receives: bool = False, create_spans: bool = True) -> None:
     """Trace every queue of both APIs, and the Workers whose run starts from now on.
 
     Calling it again replaces the options. Mirrors what ``opentelemetry-instrument`` does
@@ -73,18 +73,24 @@ def instrument(*, tracer_provider: trace.TracerProvider | None = None,
             ended long before); ``"child"``: it continues the producer's trace.
         empty_receives: also make a ``receive`` span for a pop that returns nothing (a
             Worker's idle pops make one each per wait).
+        create_spans: give each message of a batch push a ``create`` span of its own, as the
+            semantic conventions recommend (default). False: every message of a batch
+            carries the ``send`` span's context, which costs the SDK one span per push instead
+            of one per message (see docs/benchmarks.md, "Tracing").
 
     Raises:
-        InvalidArgumentError: process_parent is neither "link" nor "child".
+        InvalidArgumentError: process_parent is neither "link" nor "child", or a flag is not
+            a bool.
     """
     global _active
     if process_parent not in ("link", "child"):
         raise InvalidArgumentError(
             f"process_parent must be 'link' or 'child', got {process_parent!r:.40}")
-    if type(empty_receives) is not bool:
-        raise InvalidArgumentError(f"empty_receives must be a bool, got {empty_receives!r:.40}")
+    for name, flag in (("empty_receives", empty_receives), ("create_spans", create_spans)):
+        if type(flag) is not bool:
+            raise InvalidArgumentError(f"{name} must be a bool, got {flag!r:.40}")
     tracer = trace.get_tracer("dynoqueue", __version__, tracer_provider, schema_url=SCHEMA_URL)
-    telemetry = Telemetry(tracer, propagator, process_parent, empty_receives)
+    telemetry = Telemetry(tracer, propagator, process_parent, empty_receives, create_spans)
     with _lock:
         if _active is not None:
             _active[1].remove()

@@ -20,8 +20,9 @@ from . import instrument, uninstrument
 
 class DynoqueueInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """``DynoqueueInstrumentor().instrument(tracer_provider=..., propagator=...,
-    process_parent=..., empty_receives=...)``: :func:`dynoqueue.tracing.instrument` in the
-    form every OpenTelemetry instrumentation has; ``uninstrument()`` undoes it."""
+    process_parent=..., empty_receives=..., create_spans=...)``: the arguments and effect of
+    :func:`dynoqueue.tracing.instrument`, in the form every OpenTelemetry instrumentation has;
+    ``uninstrument()`` undoes it."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """None: dynoqueue instruments itself, so the installed version always matches."""
@@ -31,7 +32,8 @@ class DynoqueueInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         instrument(tracer_provider=kwargs.get("tracer_provider"),
                    propagator=kwargs.get("propagator"),
                    process_parent=kwargs.get("process_parent", "link"),
-                   empty_receives=kwargs.get("empty_receives", False))
+                   empty_receives=kwargs.get("empty_receives", False),
+                   create_spans=kwargs.get("create_spans", True))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         uninstrument()

@@ -10,7 +10,6 @@ OpenTelemetry messaging semantic conventions (span ``"{operation type} {queue}"`
 
 from __future__ import annotations
 
-import copy
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..errors import InvalidMessageError
-from ..model.message import Message, check_headers
+from ..model.message import Message, check_headers, plain_headers
 from ..worker.outcomes import DeadLetterNow, Retry
 
 #: ``messaging.system`` of every span.
@@ -66,6 +65,8 @@ def error_type(error: BaseException) -> str:
 
 
 def _fits(message_id: str, headers: dict[str, str]) -> bool:
+    if plain_headers(headers):
+        return True
     try:
         check_headers(message_id, headers)
     except InvalidMessageError:
@@ -73,13 +74,26 @@ def _fits(message_id: str, headers: dict[str, str]) -> bool:
     return True
 
 
+def _with_headers(message: Message, headers: dict[str, str]) -> Message:
+    """A copy of ``message`` with these headers (the caller's message is left as it was)."""
+    copy = object.__new__(Message)  # no __post_init__: the push validates it
+    for name in _FIELDS:
+        setattr(copy, name, getattr(message, name))
+    copy.headers = headers
+    return copy
+
+
+_FIELDS = Message.__slots__
+
+
 class Telemetry:
     """What an instrumentation records (see :func:`dynoqueue.tracing.instrument` for the
     arguments)."""
 
     def __init__(self, tracer: trace.Tracer, propagator: TextMapPropagator | None,
-                 process_parent: str, empty_receives: bool) -> None:
+                 process_parent: str, empty_receives: bool, create_spans: bool = True) -> None:
         self.tracer = tracer
+        self.create_spans = create_spans
         self._propagator = propagator
         self.process_as_child = process_parent == "child"
         self.empty_receives = empty_receives
@@ -94,14 +108,13 @@ class Telemetry:
     # ------------------------------------------------------------------------- attributes
 
     def attributes(self, queue: Any, op_type: str, op_name: str) -> dict[str, Any]:
-        """What every span of ``queue`` carries: system, queue, operation, server."""
-        attrs = {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: op_type,
-                 OPERATION_NAME: op_name}
+        """What every span of ``queue`` carries: system, queue, operation, server (a new dict
+        the caller may add to)."""
         server = self._servers.get(queue)
         if server is None:
             server = self._servers[queue] = _server_attributes(queue)
-        attrs.update(server)
-        return attrs
+        return {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: op_type,
+                OPERATION_NAME: op_name, **server}
 
     @staticmethod
     def _one(attrs: dict[str, Any], message: Message) -> None:
@@ -124,14 +137,16 @@ class Telemetry:
         return extracted
 
     def _links(self, messages: Sequence[Any]) -> list[Link]:
-        links = []
+        """A link to each distinct creation context of ``messages`` (the first MAX_LINKS)."""
+        links: dict[tuple[int, int], Link] = {}
         for message in messages:
             created = self.creation(message)
             if created is not None:
-                links.append(Link(trace.get_current_span(created).get_span_context()))
+                context = trace.get_current_span(created).get_span_context()
+                links.setdefault((context.trace_id, context.span_id), Link(context))
                 if len(links) >= MAX_LINKS:
                     break
-        return links
+        return list(links.values())
 
     def _carry(self, message: Any, context: Context, propagator: TextMapPropagator) -> Any:
         """``message`` with ``context`` injected into (a copy of) its headers. Left as it is:
@@ -153,16 +168,15 @@ class Telemetry:
                 return message
         if carrier == (headers or {}):
             return message
-        traced = copy.copy(message)
-        traced.headers = carrier
-        return traced
+        return _with_headers(message, carrier)
 
     # ------------------------------------------------------------------------- calls
 
     def send(self, queue: Any, op_name: str, messages: list[Any]) -> tuple[list[Any], Finish]:
         """Begin a push of ``messages``: a ``send`` PRODUCER span, current while the push runs,
         and the messages to push instead, each carrying its creation context: the send span
-        for one message, else a ``create`` span per message (a child of the send span)."""
+        for one message (or every message, without ``create_spans`` or when the send span is
+        not sampled), else a ``create`` span per message (a child of the send span)."""
         attrs = self.attributes(queue, "send", op_name)
         count = len(messages)
         if count == 1 and type(messages[0]) is Message:
@@ -173,10 +187,16 @@ class Telemetry:
                                       attributes=attrs)
         context = trace.set_span_in_context(span)
         propagator = self.propagator()
-        if count == 1 or not span.is_recording():  # unsampled: no per-message spans
+        if not span.get_span_context().is_valid:  # no SDK: no context to carry
+            carried = messages
+        elif count == 1 or not self.create_spans or not span.is_recording():
+            # one message, or no per-message spans: the send span is the creation context
             carried = [self._carry(m, context, propagator) for m in messages]
         else:
-            carried = [self._create(queue, op_name, m, context, propagator) for m in messages]
+            create = {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: "create",
+                      OPERATION_NAME: op_name}
+            carried = [self._create(queue.name, create, m, context, propagator)
+                       for m in messages]
         token = otel_context.attach(context)
 
         def finish(result: Any, error: BaseException | None) -> None:
@@ -185,14 +205,15 @@ class Telemetry:
 
         return carried, finish
 
-    def _create(self, queue: Any, op_name: str, message: Any, parent: Context,
+    def _create(self, queue_name: str, attrs: dict[str, Any], message: Any, parent: Context,
                 propagator: TextMapPropagator) -> Any:
+        """``message`` carrying a ``create`` span of its own (no server attributes: it sends
+        nothing)."""
         if type(message) is not Message or self.creation(message) is not None:
             return message
-        attrs = self.attributes(queue, "create", op_name)
-        attrs[MESSAGE_ID] = message.id
-        create = self.tracer.start_span(f"create {queue.name}", context=parent,
-                                        kind=SpanKind.PRODUCER, attributes=attrs)
+        create = self.tracer.start_span(f"create {queue_name}", context=parent,
+                                        kind=SpanKind.PRODUCER,
+                                        attributes={**attrs, MESSAGE_ID: message.id})
         try:
             return self._carry(message, trace.set_span_in_context(create, parent), propagator)
         finally:
