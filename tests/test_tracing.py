@@ -73,11 +73,16 @@ class Spans:
         return found[0]
 
 
+def recorder() -> tuple[InMemorySpanExporter, TracerProvider]:
+    """An SDK tracer provider that keeps every span it ends in memory."""
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider
+
+
 @pytest.fixture
 def spans() -> Iterator[Spans]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter, provider = recorder()
     tracing.instrument(tracer_provider=provider)
     try:
         yield Spans(exporter, provider)
@@ -86,8 +91,17 @@ def spans() -> Iterator[Spans]:
         provider.shutdown()
 
 
-def _hex(span_id: int) -> str:
-    return format(span_id, "016x")
+def console_spans(output: str) -> list[dict[str, Any]]:
+    """The spans the SDK's console exporter printed (one JSON object each, starting at the
+    start of a line), whatever else was printed around them."""
+    decoder, spans, at = json.JSONDecoder(), [], 0
+    while (start := output.find("{\n", at)) >= 0:
+        if start and output[start - 1] != "\n":
+            at = start + 1
+            continue
+        span, at = decoder.raw_decode(output, start)
+        spans.append(span)
+    return spans
 
 
 def _traceparent_ids(message: Message) -> tuple[int, int]:
@@ -398,8 +412,7 @@ def test_a_push_in_one_process_reaches_the_handler_in_another(
 @pytest.mark.parametrize("kind", ["threads", "asyncio"])
 def test_process_parent_child_continues_the_producers_trace(
         redis_server: RedisServer, kind: str) -> None:
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter, provider = recorder()
     tracing.instrument(tracer_provider=provider, process_parent="child")
     try:
         prefix, name = f"t{uuid.uuid4().hex[:8]}", "orders"
@@ -486,9 +499,9 @@ def test_the_instrumentor_and_opentelemetry_instrument(redis_server: RedisServer
         [os.path.join(bin_dir, "opentelemetry-instrument"), "--traces_exporter", "console",
          "--metrics_exporter", "none", "--logs_exporter", "none", sys.executable, "-c", code],
         capture_output=True, text=True, timeout=120, check=True,
-        env={**os.environ, "OTEL_SERVICE_NAME": "shop", "OTEL_BSP_SCHEDULE_DELAY": "10"})
+        env={**os.environ, "OTEL_SERVICE_NAME": "shop"})
     assert "headers: {'traceparent': '00-" in done.stdout
-    exported = json.loads(done.stdout[done.stdout.index("\n{"):])  # the console exporter
+    (exported,) = console_spans(done.stdout)
     assert exported["name"] == "send auto" and exported["kind"] == "SpanKind.PRODUCER"
     assert exported["attributes"]["messaging.system"] == "dynoqueue"
     assert exported["resource"]["attributes"]["service.name"] == "shop"
@@ -502,10 +515,7 @@ def test_the_example_prints_the_trace_the_docs_show(redis_server: RedisServer) -
     done = subprocess.run([sys.executable, os.path.join(root, "examples", "tracing.py"),
                            redis_server.url], capture_output=True, text=True, timeout=120,
                           check=True)
-    decoder, text, at, printed = json.JSONDecoder(), done.stdout, 0, {}
-    while (start := text.find("{", at)) >= 0:
-        span, at = decoder.raw_decode(text, start)
-        printed[span["name"]] = span
+    printed = {span["name"]: span for span in console_spans(done.stdout)}
     assert sorted(printed) == ["POST /orders", "email customer", "process reminders",
                                "receive reminders", "send reminders", "settle reminders"]
     send = printed["send reminders"]["context"]["span_id"]
@@ -520,8 +530,7 @@ def test_the_example_prints_the_trace_the_docs_show(redis_server: RedisServer) -
 
 def test_without_create_spans_a_batch_carries_the_send_context(
         factories: Callable[..., Any]) -> None:
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter, provider = recorder()
     tracing.instrument(tracer_provider=provider, create_spans=False)
     try:
         q = factories().get("lean")
@@ -534,3 +543,34 @@ def test_without_create_spans_a_batch_carries_the_send_context(
     send, receive = exporter.get_finished_spans()
     assert {_traceparent_ids(m) for m in got} == {(send.context.trace_id, send.context.span_id)}
     assert [link.context.span_id for link in receive.links] == [send.context.span_id]
+
+
+def test_a_handler_cancelled_at_the_shutdown_deadline_ends_its_span(
+        spans: Spans, redis_server: RedisServer) -> None:
+    """The asyncio Worker cancels a handler still running at its deadline: its process span
+    ends, with the cancellation as its error and no outcome (the message stays leased)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+
+    async def main() -> None:
+        async with AsyncRedisQueues.from_url(
+                redis_server.url, key_prefix=prefix,
+                shard_supplier=StaticShardSupplier(["a"], "a")) as queues:
+            q = queues.get("slow")
+            await q.push([Message("stuck")])
+            started = asyncio.Event()
+
+            async def handle(message: Message) -> None:
+                started.set()
+                await asyncio.sleep(60)
+
+            worker = AsyncWorker(q, handle, concurrency=1, shutdown_grace_ms=200)
+            run = asyncio.ensure_future(worker.run())
+            await asyncio.wait_for(started.wait(), 10)
+            worker.stop()
+            await asyncio.wait_for(run, 10)
+
+    asyncio.run(main())
+    process = spans.one("process slow")
+    assert process.end_time is not None
+    assert process.attributes["error.type"] == "asyncio.exceptions.CancelledError"
+    assert "messaging.dynoqueue.outcome" not in process.attributes
