@@ -137,9 +137,20 @@ class Telemetry:
         return extracted
 
     def _links(self, messages: Sequence[Any]) -> list[Link]:
-        """A link to each distinct creation context of ``messages`` (the first MAX_LINKS)."""
+        """A link to each distinct creation context of ``messages`` (the first MAX_LINKS).
+        Messages whose propagation headers repeat ones seen (a batch pushed without
+        ``create_spans``) are not extracted again."""
         links: dict[tuple[int, int], Link] = {}
+        fields = sorted(self.propagator().fields)
+        seen: set[tuple[Any, ...]] = set()
         for message in messages:
+            headers = getattr(message, "headers", None)
+            if not headers or type(headers) is not dict:
+                continue
+            carried = tuple(headers.get(name) for name in fields)
+            if carried in seen:
+                continue
+            seen.add(carried)
             created = self.creation(message)
             if created is not None:
                 context = trace.get_current_span(created).get_span_context()
