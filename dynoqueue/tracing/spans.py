@@ -136,11 +136,14 @@ class Telemetry:
             return None
         return extracted
 
-    def _links(self, messages: Sequence[Any]) -> list[Link]:
-        """A link to each distinct creation context of ``messages`` (the first MAX_LINKS).
+    def _link(self, span: Span, messages: Sequence[Any]) -> None:
+        """Link a recording span to each distinct creation context of ``messages`` (the first
+        MAX_LINKS); a span that records nothing (no SDK, not sampled) costs no extraction.
         Messages whose propagation headers repeat ones seen (a batch pushed without
         ``create_spans``) are not extracted again."""
-        links: dict[tuple[int, int], Link] = {}
+        if not span.is_recording():
+            return
+        linked: set[tuple[int, int]] = set()
         fields = sorted(self.propagator().fields)
         seen: set[tuple[Any, ...]] = set()
         for message in messages:
@@ -154,10 +157,11 @@ class Telemetry:
             created = self.creation(message)
             if created is not None:
                 context = trace.get_current_span(created).get_span_context()
-                links.setdefault((context.trace_id, context.span_id), Link(context))
-                if len(links) >= MAX_LINKS:
-                    break
-        return list(links.values())
+                if (context.trace_id, context.span_id) not in linked:
+                    linked.add((context.trace_id, context.span_id))
+                    span.add_link(context)
+                    if len(linked) >= MAX_LINKS:
+                        break
 
     def _carry(self, message: Any, context: Context, propagator: TextMapPropagator) -> Any:
         """``message`` with ``context`` injected into (a copy of) its headers. Left as it is:
@@ -246,8 +250,8 @@ class Telemetry:
             else:
                 attrs[BATCH_COUNT] = len(messages)
             span = self.tracer.start_span(f"receive {queue.name}", kind=SpanKind.CLIENT,
-                                          attributes=attrs, links=self._links(messages),
-                                          start_time=started)
+                                          attributes=attrs, start_time=started)
+            self._link(span, messages)
             self._end(span, error)
 
         return finish
@@ -257,14 +261,14 @@ class Telemetry:
         of ids or messages; None: every dead letter): a ``settle`` CLIENT span, linked to the
         creation contexts of the messages given."""
         attrs = self.attributes(queue, "settle", op_name)
-        links: list[Link] = []
         if type(target) is list:
             attrs[BATCH_COUNT] = len(target)
-            links = self._links(target)
         elif type(target) is str:
             attrs[MESSAGE_ID] = target
         span = self.tracer.start_span(f"settle {queue.name}", kind=SpanKind.CLIENT,
-                                      attributes=attrs, links=links)
+                                      attributes=attrs)
+        if type(target) is list:
+            self._link(span, target)
         token = otel_context.attach(trace.set_span_in_context(span))
 
         def finish(result: Any, error: BaseException | None) -> None:
