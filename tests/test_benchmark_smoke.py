@@ -286,3 +286,15 @@ def test_plan_of_the_new_sections_alone(bench_server: workloads.Server) -> None:
     assert set(raw["worker"]) == {"dynoqueue pop+ack", "dynoqueue Worker",
                                   "dynoqueue.asyncio Worker"}
     assert set(raw["consume"]) == set(raw["lateness"]) == {"huey"}
+
+
+def test_tracing_cost_rows(redis_server: RedisServer) -> None:
+    """benchmarks/tracing.py: every variant moves its messages (a small run, no baseline)."""
+    pytest.importorskip("opentelemetry.sdk", reason="the 'dev' extra brings opentelemetry-sdk")
+    from benchmarks.tracing import MODES, measure
+
+    rows = measure(redis_server.url, rounds=1, messages=600, baseline=None)
+    assert list(rows) == list(MODES)
+    for row in rows.values():
+        assert row["push"] > 0 and row["popack"] > 0
+    assert rows["off"]["push ratio"] == rows["off"]["popack ratio"] == 1.0
