@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dynoqueue import Message, MessageState, RedisQueues
+from dynoqueue import Message, MessageState, RateLimit, RedisQueues
 from dynoqueue.cli import main
 from dynoqueue.embedded import RedisServer
 from dynoqueue.ops.commands import STATS_FIELDS
@@ -255,3 +255,24 @@ def test_policy_shows_and_changes_the_stored_policy(filled: RedisQueues, redis_s
     code, _, err = cli(capsys, "policy", "orders", "--max-deliveries", "-1",
                        *opts(redis_server, prefix))
     assert code == 2 and "max-deliveries" in err
+
+
+def test_policy_sets_and_removes_the_queue_wide_limits(
+        filled: RedisQueues, redis_server: RedisServer, prefix: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "policy", "orders", "--max-in-flight", "5", "--rate-limit",
+                         "50/1000", "--json", *opts(redis_server, prefix))
+    assert code == 0, err
+    assert json.loads(out)["policy"]["rate_limit"] == {"count": 50, "per_ms": 1000}
+    stored = filled.get("orders").stored_policy()
+    assert (stored.max_in_flight, stored.rate_limit) == (5, RateLimit(50, 1000))
+    code, out, err = cli(capsys, "policy", "orders", "--rate-limit", "none",
+                         *opts(redis_server, prefix))
+    assert code == 0, err
+    assert "rate_limit=None" in out and "max_in_flight=5" in out
+    assert filled.get("orders").stored_policy().rate_limit is None
+    for bad in ("50", "50/0", "x/1000", "0/1000"):
+        code, _, err = cli(capsys, "policy", "orders", "--rate-limit", bad,
+                           *opts(redis_server, prefix))
+        assert code == 2 and "COUNT/MS" in err, (bad, err)
+    assert filled.get("orders").stored_policy().rate_limit is None  # nothing written

@@ -128,6 +128,11 @@ def _add_configuring(subparsers: Any) -> None:
                         help="how long ended messages stay queryable (0: not kept)")
     policy.add_argument("--dead-letter-retention-ms", type=int_at_least(1), metavar="MS",
                         help="how long dead letters are kept")
+    policy.add_argument("--max-in-flight", type=int_at_least(0), metavar="N",
+                        help="most messages leased at once, over every consumer (0: no cap)")
+    policy.add_argument("--rate-limit", type=commands.rate_limit, metavar="COUNT/MS",
+                        help="most deliveries started in any window of MS milliseconds, e.g. "
+                             "50/1000; 'none' removes it")
 
     _command(subparsers, "discover", commands.discover,
              "register every queue found under the prefix (a SCAN) for unack processing",

@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..connect.urls import redact_url
+from ..errors import ConfigurationError
 from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
 from ..model.message import as_text
 from ..model.schedules import schedule_fields
-from ..model.states import MessageInfo, QueuePolicy
+from ..model.states import MessageInfo, QueuePolicy, RateLimit
 from . import render
 from .session import (
     EXIT_NOT_FOUND,
@@ -303,13 +304,31 @@ def _when(ms: int | None) -> str:
 
 
 #: QueuePolicy fields the ``policy`` command changes (option name = field name).
-POLICY_FIELDS = ("max_deliveries", "message_ttl_ms", "retention_ms", "dead_letter_retention_ms")
+POLICY_FIELDS = ("max_deliveries", "message_ttl_ms", "retention_ms", "dead_letter_retention_ms",
+                 "max_in_flight", "rate_limit")
+#: ``--rate-limit none``: remove the stored rate limit.
+NO_RATE_LIMIT = "none"
+
+
+def rate_limit(text: str) -> RateLimit | str:
+    """``COUNT/MS`` (e.g. ``50/1000``) as a RateLimit, or ``none`` (argparse type)."""
+    if text.strip().lower() == NO_RATE_LIMIT:
+        return NO_RATE_LIMIT
+    count, _, per_ms = text.partition("/")
+    try:
+        return RateLimit(int(count), int(per_ms))
+    except ValueError as exc:  # not two integers, or ConfigurationError: out of range
+        raise argparse.ArgumentTypeError(
+            f"expected COUNT/MS (e.g. 50/1000) or 'none', got {text!r}"
+            + (f": {exc}" if isinstance(exc, ConfigurationError) else "")) from None
 
 
 def policy(args: argparse.Namespace) -> int:
     """``policy QUEUE [--max-deliveries N ...]``: show the stored policy, or change the given
     fields of it atomically (the others keep their stored values)."""
     changes = {f: getattr(args, f) for f in POLICY_FIELDS if getattr(args, f) is not None}
+    if changes.get("rate_limit") == NO_RATE_LIMIT:
+        changes["rate_limit"] = None
     with opened(args) as queues:
         q = queues.get(args.queue)
         before = q.stored_policy()
