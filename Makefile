@@ -95,21 +95,25 @@ docs: $(VENV)/.stamp-docs
 # test: lint, type-check, build the docs site as `make docs` shows it (--strict: a broken link,
 # anchor or docstring section fails; into build/site), the full pytest suite (options come from
 # pyproject.toml), then the suites that matter again as the default `pip install` gives it
-# (test-minimal).
+# (test-minimal), then the server matrix (test-servers).
+# The suite and the server matrix run in TEST_WORKERS pytest-xdist processes (one per core, at
+# most 4; each starts its own servers): the tests mostly wait on servers and sleeps, so two
+# workers on 2 cores take ~7.5 min where one took ~13.5. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= $$($(PY) -c 'import os; print(min(4, os.cpu_count() or 1))')
 test: $(VENV)/.stamp-test java chromium
 	$(ENSURE_REDIS)
 	$(PY) -m ruff check dynoqueue tests benchmarks examples pyspark_dynoqueue.py docs/hooks.py
 	$(PY) -m mypy dynoqueue
 	$(MKDOCS) build --strict --site-dir build/site
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 	tools/test-minimal.sh $(PYTHON3)
-	tools/test-servers.sh $(PY)
+	PYTEST_ADDOPTS="-n $(TEST_WORKERS)" tools/test-servers.sh $(PY)
 
 # test-servers: the server matrix (contract, lifecycle, ordering, Worker, faults) on every other
 # server found: $$DYNOQUEUE_TEST_SERVERS (comma-separated paths) and Debian's valkey-server.
 test-servers: $(VENV)/.stamp-test
 	$(ENSURE_REDIS)
-	tools/test-servers.sh $(PY)
+	PYTEST_ADDOPTS="-n $(TEST_WORKERS)" tools/test-servers.sh $(PY)
 
 # test-minimal: the contract, Worker, asyncio and serve suites in virtualenvs with only the core
 # dependencies (no hiredis, no extras), with the oldest and the newest redis-py setup.cfg admits.

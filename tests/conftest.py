@@ -184,14 +184,29 @@ def eventually(check: Callable[[], bool], timeout_s: float = 5.0, interval_s: fl
     return check()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Repeat the fault tests' summary rows at the end of the run (they are in the CI log)."""
-    from .faults import HEADER, SUMMARY_ROWS
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Carry the fault rows a test wrote in its report, which pytest-xdist sends from the
+    worker process that ran the test to the one that prints the summary."""
+    outcome = yield
+    from .faults import SUMMARY_ROWS
 
     if SUMMARY_ROWS:
+        outcome.get_result().user_properties.append(("fault_rows", list(SUMMARY_ROWS)))
+        SUMMARY_ROWS.clear()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Repeat the fault tests' summary rows at the end of the run (they are in the CI log)."""
+    from .faults import HEADER
+
+    rows = [row for reports in terminalreporter.stats.values() for report in reports
+            for name, value in getattr(report, "user_properties", ())
+            if name == "fault_rows" for row in value]
+    if rows:
         terminalreporter.section("fault test summary")
         terminalreporter.write_line(HEADER)
-        for row in SUMMARY_ROWS:
+        for row in rows:
             terminalreporter.write_line(row)
 
 
