@@ -202,6 +202,7 @@ def test_a_batch_of_500_makes_one_send_span_and_500_creation_contexts(
         q.push(Message(f"m{i}", "x") for i in range(500))  # a generator: read once
     send = spans.one("send batch")
     assert send.attributes["messaging.batch.message_count"] == 500
+    assert send.kind is SpanKind.CLIENT  # not the creation context: the create spans are
     assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
     creates = spans.all("create batch")
     assert len(creates) == 500
@@ -213,6 +214,9 @@ def test_a_batch_of_500_makes_one_send_span_and_500_creation_contexts(
     assert len(set(contexts.values())) == 500
     by_id = {c.attributes["messaging.message.id"]: c.context for c in creates}
     assert all(contexts[i] == (by_id[i].trace_id, by_id[i].span_id) for i in contexts)
+    # The send span links to the creation contexts it injected (the SDK keeps 128).
+    assert [link.context.span_id for link in send.links] == [
+        by_id[f"m{i}"].span_id for i in range(128)]
     receive = spans.one("receive batch")
     assert receive.attributes["messaging.batch.message_count"] == 500
     assert len(receive.links) == 128  # the SDK's default limit: the first 128
@@ -234,6 +238,13 @@ def test_a_message_keeps_the_creation_context_it_carries(
     assert "traceparent" in q.get("plain").headers
     assert [c.attributes["messaging.message.id"] for c in spans.all("create")] == ["full",
                                                                                   "plain"]
+    send = spans.one("send kept")
+    assert int("b7ad6b7169203331", 16) in {link.context.span_id for link in send.links}
+    q.push([Message("alone", headers={"traceparent": theirs})])  # one message, kept context
+    alone = [s for s in spans.all("send kept") if s.attributes.get("messaging.message.id")]
+    assert alone[0].kind is SpanKind.PRODUCER
+    assert [link.context.span_id for link in alone[0].links] == [int("b7ad6b7169203331", 16)]
+    assert q.get("alone").headers == {"traceparent": theirs}
 
 
 def test_settle_spans_for_nack_dead_letter_release_and_redrive(
@@ -541,6 +552,7 @@ def test_without_create_spans_a_batch_carries_the_send_context(
     names = [s.name for s in exporter.get_finished_spans()]
     assert names == ["send lean", "receive lean"]
     send, receive = exporter.get_finished_spans()
+    assert send.kind is SpanKind.PRODUCER  # every message's creation context
     assert {_traceparent_ids(m) for m in got} == {(send.context.trace_id, send.context.span_id)}
     assert [link.context.span_id for link in receive.links] == [send.context.span_id]
 

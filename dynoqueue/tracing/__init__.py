@@ -8,11 +8,12 @@
 
 Once instrumented (spans named as in the OpenTelemetry messaging semantic conventions):
 
-* a push (``push``, ``ensure``) makes one ``send {queue}`` PRODUCER span per call, current while
-  it runs, and gives each message a creation context, injected into its headers with the
-  global propagator (W3C ``traceparent`` / ``tracestate`` by default): the send span itself
-  for one message, a ``create {queue}`` span per message (children of the send span) for a
-  batch. A message that already carries a creation context keeps it;
+* a push (``push``, ``ensure``) makes one ``send {queue}`` span per call, current while it
+  runs, and gives each message a creation context, injected into its headers with the global
+  propagator (W3C ``traceparent`` / ``tracestate`` by default): the send span itself (a
+  PRODUCER span) for one message, a ``create {queue}`` PRODUCER span per message (children of
+  the send span, which links to them and is a CLIENT span) for a batch. A message that already
+  carries a creation context keeps it, and the send span links to it;
 * a pop makes a ``receive {queue}`` CLIENT span linked to each message's creation context
   (a pop that returns nothing makes none unless ``empty_receives``);
 * a :class:`~dynoqueue.Worker` (both APIs) makes one ``process {queue}`` CONSUMER span per

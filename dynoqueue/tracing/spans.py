@@ -19,7 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import TextMapPropagator
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..errors import InvalidMessageError
@@ -188,30 +188,41 @@ class Telemetry:
     # ------------------------------------------------------------------------- calls
 
     def send(self, queue: Any, op_name: str, messages: list[Any]) -> tuple[list[Any], Finish]:
-        """Begin a push of ``messages``: a ``send`` PRODUCER span, current while the push runs,
-        and the messages to push instead, each carrying its creation context: the send span
-        for one message (or every message, without ``create_spans`` or when the send span is
-        not sampled), else a ``create`` span per message (a child of the send span)."""
+        """Begin a push of ``messages``: a ``send`` span, current while the push runs, and the
+        messages to push instead, each carrying its creation context. For a batch, each gets a
+        ``create`` PRODUCER span of its own (a child of the send span, which links to them and
+        is then a CLIENT span); for one message, or without ``create_spans``, or when the send
+        span is not sampled, the send span (a PRODUCER span) is every message's creation
+        context. A message that carries a creation context keeps it, and the send span links
+        to it (the conventions' "custom creation context")."""
         attrs = self.attributes(queue, "send", op_name)
         count = len(messages)
         if count == 1 and type(messages[0]) is Message:
             attrs[MESSAGE_ID] = messages[0].id
         elif count != 1:
             attrs[BATCH_COUNT] = count
-        span = self.tracer.start_span(f"send {queue.name}", kind=SpanKind.PRODUCER,
-                                      attributes=attrs)
+        creates = count != 1 and self.create_spans
+        span = self.tracer.start_span(
+            f"send {queue.name}", kind=SpanKind.CLIENT if creates else SpanKind.PRODUCER,
+            attributes=attrs)
         context = trace.set_span_in_context(span)
         propagator = self.propagator()
         if not span.get_span_context().is_valid:  # no SDK: no context to carry
             carried = messages
-        elif count == 1 or not self.create_spans or not span.is_recording():
-            # one message, or no per-message spans: the send span is the creation context
+        elif not creates or not span.is_recording():
             carried = [self._carry(m, context, propagator) for m in messages]
+            self._link(span, messages)  # the custom creation contexts
         else:
             create = {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: "create",
                       OPERATION_NAME: op_name}
-            carried = [self._create(queue.name, create, m, context, propagator)
-                       for m in messages]
+            carried, links = [], 0
+            for message in messages:
+                out, created = self._create(queue.name, create, message, context, propagator)
+                carried.append(out)
+                if created is not None and links < MAX_LINKS:
+                    span.add_link(created)
+                    links += 1
+            self._link(span, messages)
         token = otel_context.attach(context)
 
         def finish(result: Any, error: BaseException | None) -> None:
@@ -221,16 +232,17 @@ class Telemetry:
         return carried, finish
 
     def _create(self, queue_name: str, attrs: dict[str, Any], message: Any, parent: Context,
-                propagator: TextMapPropagator) -> Any:
+                propagator: TextMapPropagator) -> tuple[Any, SpanContext | None]:
         """``message`` carrying a ``create`` span of its own (no server attributes: it sends
-        nothing)."""
+        nothing), and that span's context (None: the message was left as it was)."""
         if type(message) is not Message or self.creation(message) is not None:
-            return message
+            return message, None
         create = self.tracer.start_span(f"create {queue_name}", context=parent,
                                         kind=SpanKind.PRODUCER,
                                         attributes={**attrs, MESSAGE_ID: message.id})
         try:
-            return self._carry(message, trace.set_span_in_context(create, parent), propagator)
+            return (self._carry(message, trace.set_span_in_context(create, parent), propagator),
+                    create.get_span_context())
         finally:
             create.end()
 
