@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -69,6 +71,10 @@ def replica_node(cluster: Any, key: str) -> Any:
         cluster.keyslot(key), load_balancing_strategy=cluster.load_balancing_strategy)
 
 
+_SENTINEL_POOLS = (redis.sentinel.SentinelConnectionPool,
+                   redis.asyncio.sentinel.SentinelConnectionPool)
+
+
 def endpoint_of(client: Any) -> tuple[str, int | None] | None:
     """The server a client talks to, for telemetry: ``(host, port)``, ``(socket path, None)``
     for a Unix socket, a Cluster's default node, or None where the pool finds its server at
@@ -81,7 +87,7 @@ def endpoint_of(client: Any) -> tuple[str, int | None] | None:
     if kwargs.get("path"):
         return str(kwargs["path"]), None
     host, port = kwargs.get("host"), kwargs.get("port")
-    if not host or type(client.connection_pool).__name__.startswith("Sentinel"):
+    if not host or isinstance(client.connection_pool, _SENTINEL_POOLS):
         return None
     return str(host), int(port) if port is not None else None
 

@@ -163,16 +163,13 @@ class Telemetry:
                     if len(linked) >= MAX_LINKS:
                         break
 
-    def _carry(self, message: Any, context: Context, propagator: TextMapPropagator) -> Any:
-        """``message`` with ``context`` injected into (a copy of) its headers. Left as it is:
-        anything but a valid Message (push then raises its error), a message that already
-        carries a creation context (it keeps its first one), and one whose headers the context
-        would take over their limits (then W3C trace context alone is tried)."""
-        if type(message) is not Message:
-            return message
+    def _carry(self, message: Message, context: Context, propagator: TextMapPropagator) -> Any:
+        """``message`` (one without a creation context) with ``context`` injected into (a copy
+        of) its headers. Left as it is: a message with invalid headers (push then raises its
+        error), and one whose headers the context would take over their limits (then W3C
+        trace context alone is tried)."""
         headers = message.headers
-        if headers is not None and (type(headers) is not dict or not _fits(message.id, headers)
-                                    or self.creation(message) is not None):
+        if headers is not None and (type(headers) is not dict or not _fits(message.id, headers)):
             return message
         carrier = dict(headers) if headers else {}
         propagator.inject(carrier, context=context)
@@ -194,7 +191,8 @@ class Telemetry:
         is then a CLIENT span); for one message, or without ``create_spans``, or when the send
         span is not sampled, the send span (a PRODUCER span) is every message's creation
         context. A message that carries a creation context keeps it, and the send span links
-        to it (the conventions' "custom creation context")."""
+        to it (the conventions' "custom creation context"). Anything but a Message is passed
+        on as it is (push then raises its error)."""
         attrs = self.attributes(queue, "send", op_name)
         count = len(messages)
         if count == 1 and type(messages[0]) is Message:
@@ -206,23 +204,31 @@ class Telemetry:
             f"send {queue.name}", kind=SpanKind.CLIENT if creates else SpanKind.PRODUCER,
             attributes=attrs)
         context = trace.set_span_in_context(span)
-        propagator = self.propagator()
         if not span.get_span_context().is_valid:  # no SDK: no context to carry
             carried = messages
-        elif not creates or not span.is_recording():
-            carried = [self._carry(m, context, propagator) for m in messages]
-            self._link(span, messages)  # the custom creation contexts
         else:
+            recording = span.is_recording()
+            creates = creates and recording  # unsampled: no per-message spans
+            propagator = self.propagator()
             create = {SYSTEM_ATTR: SYSTEM, DESTINATION: queue.name, OPERATION_TYPE: "create",
                       OPERATION_NAME: op_name}
-            carried, links = [], 0
+            carried, linked = [], set[tuple[int, int]]()
             for message in messages:
-                out, created = self._create(queue.name, create, message, context, propagator)
+                link: SpanContext | None = None
+                if type(message) is not Message:
+                    out = message
+                elif (custom := self.creation(message)) is not None:  # kept, and linked
+                    out, link = message, trace.get_current_span(custom).get_span_context()
+                elif creates:
+                    out, link = self._create(queue.name, create, message, context, propagator)
+                else:
+                    out = self._carry(message, context, propagator)
                 carried.append(out)
-                if created is not None and links < MAX_LINKS:
-                    span.add_link(created)
-                    links += 1
-            self._link(span, messages)
+                if recording and link is not None and len(linked) < MAX_LINKS:
+                    key = link.trace_id, link.span_id
+                    if key not in linked:
+                        linked.add(key)
+                        span.add_link(link)
         token = otel_context.attach(context)
 
         def finish(result: Any, error: BaseException | None) -> None:
@@ -231,12 +237,10 @@ class Telemetry:
 
         return carried, finish
 
-    def _create(self, queue_name: str, attrs: dict[str, Any], message: Any, parent: Context,
-                propagator: TextMapPropagator) -> tuple[Any, SpanContext | None]:
-        """``message`` carrying a ``create`` span of its own (no server attributes: it sends
-        nothing), and that span's context (None: the message was left as it was)."""
-        if type(message) is not Message or self.creation(message) is not None:
-            return message, None
+    def _create(self, queue_name: str, attrs: dict[str, Any], message: Message, parent: Context,
+                propagator: TextMapPropagator) -> tuple[Any, SpanContext]:
+        """``message`` (one without a creation context) carrying a ``create`` span of its own
+        (no server attributes: it sends nothing), and that span's context."""
         create = self.tracer.start_span(f"create {queue_name}", context=parent,
                                         kind=SpanKind.PRODUCER,
                                         attributes={**attrs, MESSAGE_ID: message.id})
