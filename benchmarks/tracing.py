@@ -28,7 +28,9 @@ from typing import Any
 BATCH = 500
 
 # The block runner: started as ``python benchmarks/tracing.py --blocks MODE URL``, it reads
-# commands ("push N", "popack", "quit") and answers each with the msgs/s of the block.
+# commands ("push N", "popack", "quit") and answers each with the msgs/s of the block. It
+# imports nothing from benchmarks/ (an older checkout's dynoqueue runs it too), so it has its
+# own copies of core_throughput's batched push and pop_ack_all loops.
 MODES = ("off", "no SDK", "SDK, no-op exporter", "SDK, create_spans=False")
 
 
