@@ -175,6 +175,10 @@ class AsyncDriver:
     async def _command(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
+            if getattr(client, "_initialize", False):
+                # redis.asyncio builds a Cluster client's slot map on its first command; a
+                # read that picks its node from that map first must build it itself.
+                await client.initialize()
             return await replica_node(client, request.replica_of).execute_command(*request.args)
         async with self._place(client):
             return await client.execute_command(*request.args)
