@@ -855,7 +855,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{meta['options']['runs']} run(s), wall time {meta['wall_s']:.0f} s, "
         f"{meta['cpus']} CPUs, load average before {meta['load_before'][0]:.2f}, after "
         f"{meta['load_after'][0]:.2f}",
-        f"- Python {meta['python']}, redis-server {meta['redis_server']}; "
+        f"- Python {meta['python']}, redis-server {meta['redis_server']}, reply parser "
+        f"{meta.get('reply_parser', 'not recorded')}; "
         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
     ]
     body = "\n".join(t.markdown() for t in tables(results))

@@ -117,6 +117,16 @@ class Step:
     fn: Callable[[], None]
 
 
+def reply_parser() -> str:
+    """Which reply parser redis-py uses here: ``hiredis <version>`` (the C parser users of
+    the ``hiredis`` extra get) or ``pure Python`` (every client-side figure is then slower)."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    if not HIREDIS_AVAILABLE:
+        return "pure Python (install the hiredis extra for the C parser)"
+    return f"hiredis {importlib.metadata.version('hiredis')}"
+
+
 def _versions(names: list[str]) -> dict[str, str]:
     out = {}
     for name in names:
@@ -592,6 +602,7 @@ def run(opts: Options, progress: Callable[[str, int, int], None] | None = None
         "load_after": os.getloadavg(),
         "python": platform.python_version(),
         "redis_server": redis_version,
+        "reply_parser": reply_parser(),
         "versions": _versions([n for n in opts.libraries if n in ADAPTERS]),
         "asyncio_libraries": asyncio_names(opts),
     }
