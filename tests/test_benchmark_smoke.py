@@ -6,6 +6,7 @@ The suite FLUSHALLs its server, so these tests start their own instead of the sh
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterator
@@ -298,3 +299,19 @@ def test_tracing_cost_rows(redis_server: RedisServer) -> None:
     for row in rows.values():
         assert row["push"] > 0 and row["popack"] > 0
     assert rows["off"]["push ratio"] == rows["off"]["popack ratio"] == 1.0
+
+
+@pytest.mark.slow
+def test_scale_run_counts_every_message_once() -> None:
+    """benchmarks/scale.py end to end at a small depth: every id back once, rates per tenth."""
+    from benchmarks import scale
+
+    options = argparse.Namespace(messages=20_000, primaries=3, partitions=12, procs=2,
+                                 batch=500, expired=1_000)
+    result = scale.run(options)
+    assert result["size"] == 20_000
+    assert (result["lost"], result["duplicated"]) == (0, 0)
+    assert len(result["fill_tenths"]) == len(result["drain_tenths"]) == 10
+    assert all(rate > 0 for rate in result["fill_tenths"] + result["drain_tenths"])
+    assert 0 < result["bytes_per_msg"] < 2_000
+    assert "0 lost, 0 duplicated" in scale.report(result)
