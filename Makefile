@@ -2,6 +2,8 @@
 #   make demo ARGS=...        run the demo CLI                       (installs the 'demo' extra)
 #   make spark-demo ARGS=...  the Spark pipeline on a month of flights (the 'spark' extra; Java 17+)
 #   make bench ARGS=...       the benchmark suite against peer queues  (the 'bench' extra)
+#   make spark-scale ARGS=... 10M rows through a Spark standalone cluster into a queue on a
+#                             Redis Cluster (the 'spark' extra; Java 17+)
 #   make docs ARGS=...        serve the docs site on http://127.0.0.1:8000 (the 'docs' extra)
 #   make test                 lint, type-check, build the docs site (--strict) and run the test
 #                             suite, what CI runs (every extra; redis-server, Java 17 and
@@ -36,7 +38,7 @@ EXTRAS_test  := $$($(PY) tools/extras.py)
 ENSURE_REDIS := tools/ensure-redis-server.sh $(PY)
 
 .DEFAULT_GOAL := test
-.PHONY: venv install redis java chromium demo spark-demo bench docs test test-minimal test-servers lint \
+.PHONY: venv install redis java chromium demo spark-demo spark-scale bench docs test test-minimal test-servers lint \
 	typecheck clean distclean
 
 # venv: an empty .venv with a current pip; install: the core package alone (redis, orjson).
@@ -81,6 +83,12 @@ demo: $(VENV)/.stamp-demo
 spark-demo: $(VENV)/.stamp-spark java
 	$(ENSURE_REDIS)
 	$(PY) -m dynoqueue spark-demo $(ARGS)
+
+# spark-scale: a Spark standalone cluster (master + 2 workers, their own JVMs) writes then reads
+# 10M rows into a 12-partition queue and a 1-partition one on an embedded 3-primary Cluster.
+spark-scale: $(VENV)/.stamp-spark java
+	$(ENSURE_REDIS)
+	$(PY) -m benchmarks.spark_scale $(ARGS)
 
 # bench: the benchmark suite (dynoqueue vs bullmq, rq, dramatiq, huey, saq and raw Redis).
 bench: $(VENV)/.stamp-bench
