@@ -16,7 +16,10 @@ from typing import Any
 from dynoqueue.cli_args import int_at_least
 
 _LIBRARIES = ["dynoqueue", "bullmq", "rq", "dramatiq", "huey", "saq"]
-_SECTIONS = ["core", "worker", "serve", "ordering", "lifecycle"]
+_SECTIONS = ["core", "worker", "serve", "ordering", "lifecycle", "scale", "frameworks"]
+#: Sections that start their own servers and processes (a Cluster, framework workers) and
+#: print their own report after the suite's tables: benchmarks.scale, benchmarks.frameworks.
+_OWN_SECTIONS = ("scale", "frameworks")
 
 
 def _libraries(text: str) -> list[str]:
@@ -69,7 +72,15 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "serve = dynoqueue serve over HTTP, ordering = strict priority "
                              "and groups vs a plain queue, lifecycle = pop+ack with delivery "
                              "counting and with max_deliveries + TTL, nack with a delay, vs the "
-                             "pre-lifecycle code)")
+                             "pre-lifecycle code, scale = a deep backlog on an embedded Cluster "
+                             "(benchmarks.scale), frameworks = Celery and Dramatiq on dynoqueue "
+                             "vs their own Redis brokers (benchmarks.frameworks))")
+    parser.add_argument("--messages", type=int_at_least(10), metavar="N",
+                        help="messages of the scale section (default 10000000; --quick 20000)")
+    parser.add_argument("--primaries", type=int_at_least(1), metavar="N",
+                        help="Cluster primaries of the scale section (default 3)")
+    parser.add_argument("--partitions", type=int_at_least(1), metavar="N",
+                        help="partitions of the scale section's queue (default 4 x primaries)")
     parser.add_argument("--lifecycle-messages", type=int_at_least(500), metavar="N",
                         help="due messages per lifecycle case and round (default 50000; "
                              "--quick 5000)")
@@ -115,12 +126,10 @@ def run_command(args: argparse.Namespace) -> int:
     """
     try:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     except ImportError:
         print("dynoqueue bench needs the bench extra: pip install -e '.[bench]'", file=sys.stderr)
         return 2
-    from . import report
-    from .suite import Options, profile_core, run
+    from .suite import Options
 
     opts = Options.quick_mode() if args.quick else Options()
     if args.runs:
@@ -129,8 +138,9 @@ def run_command(args: argparse.Namespace) -> int:
         opts.procs = args.procs
     if args.libraries:
         opts.libraries = args.libraries
-    if args.sections:
-        opts.sections = args.sections
+    # Default: every section; --quick leaves out the frameworks' worker processes.
+    opts.sections = args.sections or [name for name in _SECTIONS
+                                      if not (args.quick and name == "frameworks")]
     if args.ordering_depths:
         opts.ordering_depths = args.ordering_depths
     if args.lifecycle_messages:
@@ -139,6 +149,47 @@ def run_command(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
+    own = [name for name in opts.sections if name in _OWN_SECTIONS]
+    opts.sections = [name for name in opts.sections if name not in _OWN_SECTIONS]
+    if opts.sections:
+        status = _suite(args, opts, console)
+        if status:
+            return status
+    for name in own:
+        text = _own_section(name, args)
+        console.print(text, highlight=False)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{name}.txt").write_text(text + "\n")
+    return 0
+
+
+def _own_section(name: str, args: argparse.Namespace) -> str:
+    """Run the scale or the frameworks section; its report as text."""
+    if name == "scale":
+        from . import scale
+
+        options = argparse.Namespace(
+            messages=args.messages or (20_000 if args.quick else 10_000_000),
+            primaries=args.primaries or 3, procs=args.procs or 2, batch=500,
+            expired=1_000 if args.quick else 100_000, partitions=0)
+        options.partitions = args.partitions or 4 * options.primaries
+        return scale.report(scale.run(options))
+    from . import frameworks
+
+    options = argparse.Namespace(tasks=1_000 if args.quick else 10_000,
+                                 eta_tasks=2_000 if args.quick else 50_000,
+                                 runs=args.runs or (1 if args.quick else 3), pool="threads",
+                                 concurrency=4)
+    return frameworks.report(frameworks.run(options))
+
+
+def _suite(args: argparse.Namespace, opts: Any, console: Any) -> int:
+    """The suite's sections: run, print the tables, write results, plots and profile."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import report
+    from .suite import profile_core, run
+
     started = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total}"), TimeElapsedColumn(), console=console, transient=True) as bar:

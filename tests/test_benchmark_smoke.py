@@ -206,6 +206,9 @@ def test_bench_command_quick_writes_results(tmp_path: Path) -> None:
     assert "### 11b. Redelivery after a lease ends" in text
     assert data["redelivery"]["lost"]["max"] == 0 and data["redelivery"]["n"] == 100
     assert sum(g["goal"].startswith("redelivery after a lease ends") for g in data["goals"]) == 1
+    # The scale section (benchmarks.scale) at the quick depth, every id back once.
+    scale_text = (tmp_path / "scale.txt").read_text()
+    assert "20,000 messages" in scale_text and "0 lost, 0 duplicated" in scale_text
 
 
 def test_worker_rows_move_messages(bench_server: workloads.Server) -> None:
