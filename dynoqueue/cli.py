@@ -91,7 +91,7 @@ def _add_ops(commands: Any) -> None:
 
 def _add_bench(commands: Any) -> None:
     # The suite is a dev tool kept in benchmarks/ beside the package, not installed with it.
-    # The Makefile's editable install (compat mode) puts the checkout on sys.path, so it is
+    # An editable install (pip install -e .) puts the checkout on sys.path, so it is
     # importable there; from a wheel it is not, and the subcommand says where to find it.
     try:
         # By name, so that type-checking the package does not wander into the suite.

@@ -40,8 +40,8 @@ class RedisOperationError(DynoQueueError):
     """A Redis call failed.
 
     Attributes:
-        operation: the dynoqueue operation that failed, e.g. ``"push"``.
-        key: the Redis key (or first key) the operation was working on.
+        operation (str): the dynoqueue operation that failed, e.g. ``"push"``.
+        key (str): the Redis key (or first key) the operation was working on.
     """
 
     def __init__(self, operation: str, key: str, message: str) -> None:
@@ -51,6 +51,30 @@ class RedisOperationError(DynoQueueError):
         super().__init__(f"operation {operation} failed{where}: {message}")
         self.operation = operation
         self.key = key
+
+
+class ConnectionFailedError(RedisOperationError):
+    """Redis could not be reached: the connection was refused or the host name does not
+    resolve (a wrong port or host, a server that is down).
+
+    A deployment that was never reached fails fast (``RetryBudget.refused_s``); one that
+    answered before is retried within the whole retry budget (a restart, a failover). The
+    message names the endpoint (credentials masked), not an operation or key; the redis-py
+    error is the ``__cause__``.
+
+    Attributes:
+        endpoint (str): the deployment's URL (or description), credentials masked.
+        operation (str): the dynoqueue operation that needed the connection (``"connect"``
+            when a builder's first contact failed); kept for programs, not in the message.
+        key (str): the key that operation was working on ("" if none); not in the message.
+    """
+
+    def __init__(self, endpoint: str, message: str, *, operation: str = "connect",
+                 key: str = "") -> None:
+        DynoQueueError.__init__(self, f"cannot reach Redis at {endpoint}: {message}")
+        self.operation = operation
+        self.key = key
+        self.endpoint = endpoint
 
 
 class CallTimeoutError(RedisOperationError):
@@ -76,8 +100,8 @@ class QuorumNotReachedError(RedisOperationError):
     because a push of an existing id replaces it instead of duplicating it.
 
     Attributes:
-        acknowledged: how many replicas acknowledged.
-        required: how many were asked for.
+        acknowledged (int): how many replicas acknowledged.
+        required (int): how many were asked for.
     """
 
     def __init__(self, operation: str, key: str, acknowledged: int, required: int) -> None:

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from .core.factory import QueueBase
 from .core.layout import AnyCore
 from .core.requests import Op
-from .core.schedules import horizon_for
 from .io.sync import SyncDriver
 from .model.message import Message
 from .model.schedules import Schedule
@@ -36,9 +35,10 @@ class DynoQueue(QueueBase):
     Thread-safe: one instance may be shared by producer and consumer threads.
 
     Attributes:
-        name: the queue name.
-        unack_timeout_ms: the lease a pop takes on each message, in milliseconds.
-        shards: all shard names. ``local_shard``: the shard pops and peeks act on.
+        name (str): the queue name.
+        unack_timeout_ms (int): the lease a pop takes on each message, in milliseconds.
+        shards (list[str]): all shard names.
+        local_shard (str): the shard pops and peeks act on.
     """
 
     def __init__(self, core: AnyCore, driver: SyncDriver) -> None:
@@ -131,9 +131,9 @@ class DynoQueue(QueueBase):
                 leases of messages claimed early in a long wait run while the pop still waits.
             lease_ms: this call's lease in ms, >= 1, instead of ``unack_timeout_ms``
                 (Camellia's ackTimeoutMillis, Youzan's TTR).
-            min_count: return as soon as this many are leased, >= 1 (default ``count``:
-                dyno-queues fills the batch); 1 returns as soon as anything is due (SQS
-                long-poll semantics).
+            min_count: return as soon as this many are leased, 1..``count`` (default
+                ``count``: dyno-queues fills the batch); 1 returns as soon as anything is due
+                (SQS long-poll semantics).
 
         Returns:
             The leased messages, each with ``shard``, ``deliveries`` and ``receipt`` set; [] if
@@ -141,7 +141,8 @@ class DynoQueue(QueueBase):
             ("undecodable") and the rest are returned.
 
         Raises:
-            InvalidArgumentError: count, wait_ms, lease_ms or min_count out of range.
+            InvalidArgumentError: count, wait_ms, lease_ms or min_count out of range
+                (``min_count`` above a ``count`` >= 1 included), before anything is sent.
             QueueClosedError: the queue was closed.
             CallTimeoutError: Redis did not answer within ``wait_ms`` plus the factory's
                 ``call_timeout_ms`` (messages already leased by then are returned instead).
@@ -566,7 +567,10 @@ class DynoQueue(QueueBase):
         return self._run(self._core.process_unacks())
 
     def clear(self) -> None:
-        """Delete every message of the queue, waiting or leased, in all shards. Mirrors ``clear``.
+        """Delete every message of the queue, waiting, leased or dead, in all shards, with its
+        lifecycle data. The stored policy stays: it is the queue's configuration, as SQS's
+        PurgeQueue keeps the queue's attributes (:meth:`delete_policy` removes it). Mirrors
+        ``clear``.
 
         Raises:
             RedisOperationError: Redis failed.
@@ -662,7 +666,8 @@ class DynoQueue(QueueBase):
         return self._run(self._core.redrive(ids, delay_ms))
 
     def purge_dead(self) -> int:
-        """Delete every dead letter for good.
+        """Delete every dead letter for good (the stored policy stays). Mirrors nothing in
+        dyno-queues; SQS has PurgeQueue on the dead-letter queue.
 
         Returns:
             How many were deleted.
@@ -684,6 +689,25 @@ class DynoQueue(QueueBase):
             RedisOperationError: as for :meth:`push`.
         """
         return self._run(self._core.stored_policy())
+
+    def delete_policy(self) -> bool:
+        """Delete the queue's stored policy, its configuration (:meth:`clear` and
+        :meth:`purge_dead` keep it): from their next call every process's scripts apply none,
+        dyno-queues' behaviour (no delivery limit, TTL, retention or limits). A process that
+        was given a policy stores it again at its next call, as at its first: give every
+        process none, then delete. Mirrors the attributes' part of SQS's DeleteQueue.
+
+        Returns:
+            True if a policy was stored and is deleted, False if none was stored.
+
+        Raises:
+            ConfigurationError: the stored policy decides where messages wait
+                (``strict_priority`` or ``partitions`` > 1) and the queue still holds
+                messages or dead letters: :meth:`clear` or drain it first (nothing changed).
+            QueueClosedError: the factory was closed.
+            RedisOperationError: Redis failed.
+        """
+        return self._run(self._core.delete_policy())
 
     def set_policy(self, policy: QueuePolicy) -> QueuePolicy | None:
         """Replace the queue's stored policy, atomically, on a live queue: every process's
@@ -712,15 +736,57 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.set_policy(policy))
 
+    def pause(self) -> bool:
+        """Pause the queue: from now on no pop or claim of any process leases a message
+        (waiting pops wait on, within their wait); pushes, acks, lease changes and reads go
+        on. Stored in Redis (``P.PAUSED.Q``), so it holds for every process, survives
+        :meth:`clear` and restarts, and on a partitioned queue pauses every partition.
+        Mirrors bullmq's ``Queue.pause()``.
+
+        Returns:
+            True if the queue was running, False if it was paused already.
+
+        Raises:
+            QueueClosedError: the queue or its factory was closed.
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.pause())
+
+    def resume(self) -> bool:
+        """Let a paused queue deliver again; waiting pops are woken at once (the doorbells
+        ring). Mirrors bullmq's ``Queue.resume()``.
+
+        Returns:
+            True if the queue was paused, False if it was running already.
+
+        Raises:
+            QueueClosedError: the queue or its factory was closed.
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.resume())
+
+    def is_paused(self) -> bool:
+        """Whether the queue is paused (:meth:`pause`). Mirrors bullmq's
+        ``Queue.isPaused()``.
+
+        Returns:
+            True while the queue is paused.
+
+        Raises:
+            RedisOperationError: as for :meth:`push`.
+        """
+        return self._run(self._core.is_paused())
+
     def schedule(self, schedule_id: str, *, payload: str | None = None, cron: str | None = None,
                  every_ms: int | None = None, timezone: str = "UTC", priority: int = 0,
                  catch_up: str = "once", start_at_ms: int | None = None) -> Schedule:
         """Create or replace (upsert) a recurring message of this queue: each tick ``t`` (epoch
         ms) becomes one message, id ``f"{schedule_id}@{t}"``, with ``payload`` and
-        ``priority``, due at ``t``. Sent once per tick by whichever factories run their
-        reprocessor (any number, in any zones; docs/semantics.md, "Schedules"). The first
-        ticks are queued at once; a replaced schedule's ticks not due yet are removed. Mirrors
-        bullmq's ``upsertJobScheduler``.
+        ``priority``, due at ``t``. Sent once per tick (docs/semantics.md, "Schedules"): at
+        most the next two ticks not due yet are queued; the pop that claims a tick queues the
+        schedule's next one, and the reprocessors' passes (any number, in any zones) queue
+        the first ticks and those no claim chained. A replaced schedule's ticks not due yet
+        are removed. Mirrors bullmq's ``upsertJobScheduler``.
 
         Args:
             schedule_id: the schedule's name: a message id without ``@``.
@@ -738,7 +804,8 @@ class DynoQueue(QueueBase):
                 tick comes before it.
 
         Returns:
-            The stored :class:`Schedule` (``next_due_ms``: the first tick not queued yet).
+            The stored :class:`Schedule` (``next_due_ms``: the next tick to fall due;
+            ``last_sent_ms``: the latest that fell due, None before the first).
 
         Raises:
             InvalidArgumentError: a bad id, not exactly one of cron and every_ms, a bad cron
@@ -747,11 +814,11 @@ class DynoQueue(QueueBase):
         """
         return self._run(self._core.schedule(
             schedule_id, payload=payload, cron=cron, every_ms=every_ms, timezone=timezone,
-            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms,
-            horizon_ms=horizon_for(self._core.settings)))
+            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms))
 
     def schedules(self) -> list[Schedule]:
-        """Every schedule of this queue, by id (next tick, last tick queued).
+        """Every schedule of this queue, by id, as of now (the next tick to fall due, the
+        latest that fell due).
 
         Raises:
             ConfigurationError: a stored record is unreadable.

@@ -145,10 +145,11 @@ class RedisQueues(QueuesBase[DynoQueue]):
 
     def run_schedules(self) -> int:
         """Run one schedule pass now (what the reprocessor does after each unack pass): every
-        queue with schedules (``P.SCHEDULED.QUEUES``) queues each schedule's ticks up to two
-        reprocessor intervals ahead (60 s without a reprocessor), each tick once however many
-        factories run passes (docs/semantics.md, "Schedules"). Errors of one queue are logged
-        and do not stop the others. Mirrors the scheduler loop of bullmq's job schedulers.
+        queue with schedules (``P.SCHEDULED.QUEUES``) tops each schedule up to its next two
+        ticks not due yet (and queues missed ones as its ``catch_up`` says), each tick once
+        however many factories run passes (docs/semantics.md, "Schedules"). Errors of one
+        queue are logged and do not stop the others. Mirrors the scheduler loop of bullmq's
+        job schedulers.
 
         Returns:
             How many tick messages were queued in all.

@@ -78,8 +78,8 @@ def page(browser: Browser) -> Iterator[Page]:
 def row_numbers(page: Page, queue: str) -> dict[str, str]:
     row = page.locator(f"#queues tr[data-queue='{queue}']")
     cells = row.locator("td").all_inner_texts()
-    names = ["queue", "waiting", "ready", "delayed", "leased", "dead", "age", "waiting/s",
-             "leased/s", "dead/s"]
+    names = ["queue", "partitions", "waiting", "ready", "delayed", "leased", "dead", "age",
+             "waiting/s", "leased/s", "dead/s"]
     return dict(zip(names, cells, strict=True))
 
 
@@ -120,8 +120,10 @@ def test_dashboard_shows_a_filled_queue_and_redrives(server: Served, page: Page,
     assert "max_deliveries" in page.inner_text("#dead tbody")
     counts = dict(zip(page.locator("#buckets > span:not(.bucket-count)").all_inner_texts(),
                       page.locator("#buckets .bucket-count").all_inner_texts(), strict=True))
-    assert counts["0To1min"] == "3" and counts["10minTo30min"] == "2"
-    assert counts["1dayTo7day"] == "1" and counts["30dayToInfinite"] == "0"
+    assert list(counts) == ["< 1 min", "1-10 min", "10-30 min", "30-60 min", "1-6 h",
+                            "6-24 h", "1-7 days", "7-30 days", "> 30 days"]  # human labels
+    assert counts["< 1 min"] == "3" and counts["10-30 min"] == "2"
+    assert counts["1-7 days"] == "1" and counts["> 30 days"] == "0"
     assert page.locator(".bar[data-range='0To1min']").evaluate("e => e.style.width") == "100%"
 
     time.sleep(2.5)  # one more refresh: the rates are known
@@ -210,3 +212,60 @@ def test_dashboard_api_needs_the_token(server: Served) -> None:
     assert server.http.get("/api/queues").status_code == 200
     bad = server.http.post("/api/queues/x/redrive", json={"ids": "all"})
     assert bad.status_code == 400 and bad.json()["code"] == 400
+
+
+def test_dashboard_shows_partitions_and_registered_empty_queues(
+        server: Served, page: Page, redis_server: RedisServer) -> None:
+    from dynoqueue import Message, QueuePolicy, RedisQueues
+
+    split, empty = f"split-{uuid.uuid4().hex[:6]}", f"empty-{uuid.uuid4().hex[:6]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=server.prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get(split, QueuePolicy(partitions=3))
+        q.push([Message(f"m{i}", "x") for i in range(12)])
+        assert len(q.pop(2)) == 2
+        drained = queues.get(empty)  # registered by its push, then drained
+        drained.push([Message("only")])
+        assert drained.ack_many(drained.pop(1)) == 1
+    page.goto(server.base + "/#token=dash-token")
+    page.wait_for_selector(f"#queues tr[data-queue='{empty}']", timeout=15_000)
+    assert row_numbers(page, empty)["waiting"] == "0"
+    assert row_numbers(page, empty)["partitions"] == "1"
+    assert row_numbers(page, split)["partitions"] == "3"
+    page.click(f"#queues tr[data-queue='{split}']")
+    page.wait_for_selector("#partitions tbody tr.partition", timeout=15_000)
+    rows = [r.locator("td").all_inner_texts()
+            for r in page.locator("#partitions tbody tr.partition").all()]
+    assert [r[0] for r in rows] == ["0", "1", "2"]
+    assert sum(int(r[1]) for r in rows) == 10 and sum(int(r[2]) for r in rows) == 2
+    assert {r[3] for r in rows} == {f"127.0.0.1:{redis_server.port}"}
+    assert {r[4] for r in rows} == {"-"}  # no Cluster, no slot
+
+
+def test_dashboard_pauses_and_resumes_a_queue(server: Served, page: Page,
+                                              redis_server: RedisServer) -> None:
+    from dynoqueue import Message, QueuePolicy, RedisQueues
+
+    topic = f"held-{uuid.uuid4().hex[:6]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=server.prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get(topic, QueuePolicy(partitions=2))
+        q.push([Message("job", "x")])
+        doc = server.http.get("/api/queues").json()
+        assert [x["paused"] for x in doc["queues"] if x["queue"] == topic] == [False]
+        page.goto(server.base + "/#token=dash-token")
+        page.wait_for_selector(f"#queues tr[data-queue='{topic}']", timeout=15_000)
+        page.click(f"#queues tr[data-queue='{topic}']")
+        page.wait_for_selector("#pause-toggle:has-text('Pause')", timeout=15_000)
+        page.click("#pause-toggle")
+        page.wait_for_selector("#pause-toggle:has-text('Resume')", timeout=15_000)
+        assert "paused" in page.inner_text("#pause-state")
+        assert q.is_paused() and q.unsafe_pop_all_shards(1) == []
+        doc = server.http.get("/api/queues").json()
+        assert [x["paused"] for x in doc["queues"] if x["queue"] == topic] == [True]
+        assert f'dynoqueue_queue_paused{{queue="{topic}"}} 1.0' in server.http.get(
+            "/metrics").text
+        page.click("#pause-toggle")
+        page.wait_for_selector("#pause-toggle:has-text('Pause')", timeout=15_000)
+        assert not q.is_paused()
+        assert [m.id for m in q.unsafe_pop_all_shards(1)] == ["job"]

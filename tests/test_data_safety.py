@@ -146,7 +146,7 @@ def _owned_keys(prefix: str, queue: str, shard: str, tag: bool) -> dict[str, tup
                 for k in (stream.pending, stream.last, stream.batch(1), stream.batch(12))})
     out[youzan_index(prefix)] = (prefix,)
     out[scheduled_queues(prefix)] = (prefix,)
-    out.update({k: (prefix, queue, tag) for k in (keys.schedules, keys.ticks)})
+    out.update({k: (prefix, queue, tag) for k in (keys.schedules, keys.ticks, keys.paused)})
     return out
 
 
@@ -189,7 +189,7 @@ def test_distinct_accepted_triples_never_share_a_key(
 def test_every_key_word_is_reserved() -> None:
     keys = QueueKeys("p", "q", ("s",))
     words = {k.split(".")[1] for k in [*keys.every_key(), keys.group_line("g"),
-                                          keys.schedules, keys.ticks]}
+                                          keys.schedules, keys.ticks, keys.paused]}
     words |= {StreamKeys("p", "q", "c").last.split(".")[1], youzan_index("p").split(".")[1],
               scheduled_queues("p").split(".")[1]}
     assert words == KEY_WORDS

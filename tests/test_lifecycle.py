@@ -414,6 +414,11 @@ def test_min_count_returns_as_soon_as_enough_are_leased(make_queues) -> None:
         q.pop(10, min_count=0)
     with pytest.raises(InvalidArgumentError):
         q.pop(10, lease_ms=0)
+    q.push([Message("two")])
+    for pop in (q.pop, q.unsafe_pop_all_shards):  # more than a pop can return: refused
+        with pytest.raises(InvalidArgumentError, match="min_count must be at most count"):
+            pop(1, wait_ms=5000, min_count=5)
+    assert q.state("two") is MessageState.READY  # nothing was leased
 
 
 # ------------------------------------------------------------------ robustness

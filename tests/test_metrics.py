@@ -262,13 +262,15 @@ def test_scrape_of_100_queues_by_3_shards_costs_bounded_round_trips(
             name, {"calls": 0})["calls"] for name in after}
         assert [s.queue for s in stats] == [f"q{i:03d}" for i in range(100)]
         assert all(s.total("waiting") == 3 for s in stats)
-        scans = cost.round_trips - 2
+        scans = cost.round_trips - 3  # beside the two pipelines, the registry's SMEMBERS
         assert 1 <= scans <= 1 + int(probe.dbsize()) // 1000 + 1
-        # TIME; per queue its policy and schedules, its dead letters and limited count, ...
-        assert cost.commands == scans + 1 + 100 * (2 + 2 + 3 * 13)
+        # SMEMBERS; TIME; per queue its policy and schedules, its dead letters, limited and
+        # pause flag ...
+        assert cost.commands == scans + 1 + 1 + 100 * (2 + 3 + 3 * 13)
         # What Redis counted, beside the probe's own INFO (and a connection's HELLO).
         assert {k: v for k, v in sent.items() if v and k not in ("info", "hello")} == {
-            "scan": scans, "time": 1, "get": 200, "hgetall": 100, "zcard": 100 * (1 + 3 * 2),
+            "scan": scans, "smembers": 1, "time": 1, "get": 200, "hgetall": 100, "exists": 100,
+            "zcard": 100 * (1 + 3 * 2),
             "zrange": 100 * 3,
             "zcount": 100 * 3 * 10}
         print(f"\nscrape of 100 queues x 3 shards: {cost.round_trips} round trips "
@@ -343,7 +345,8 @@ def test_every_metric_name_is_in_the_docs_table() -> None:
         f"{metric_names.HANDLER_OUTCOMES}_total", metric_names.WAITING, metric_names.READY,
         metric_names.DELAYED, metric_names.LEASED, metric_names.DEAD,
         metric_names.OLDEST_READY_AGE, metric_names.WAITING_TIME,
-        metric_names.SCRAPE_ROUND_TRIPS, metric_names.SCRAPE_DURATION}
+        metric_names.SCRAPE_ROUND_TRIPS, metric_names.SCRAPE_DURATION, metric_names.PAUSED,
+        f"{metric_names.EVICTED_KEYS}_total"}
     assert exposed == documented
 
 

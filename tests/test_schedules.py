@@ -18,14 +18,16 @@ import pytest
 
 from dynoqueue import (
     InvalidArgumentError,
+    Message,
     QueuePolicy,
     RedisQueues,
     StaticShardSupplier,
 )
 from dynoqueue.embedded import RedisServer
+from dynoqueue.metrics import read_stats
 from dynoqueue.model.schedules import Schedule, new_schedule, plan
 
-from .conftest import FakeClock
+from .conftest import FakeClock, unique
 
 SHARDS = ["a", "b", "c"]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -54,15 +56,24 @@ def test_a_bad_definition_is_refused(bad: dict[str, Any]) -> None:
                      catch_up="once", start_at_ms=None, now_ms=0)
 
 
-def test_interval_ticks_and_a_pass_queues_ahead_at_least_one() -> None:
+def test_a_pass_keeps_at_most_the_next_two_ticks_queued() -> None:
     s = _schedule(every_ms=200, start_at_ms=1_000)
-    first = plan(s, 1_000, 1_000)
-    assert first.ticks == [1_000, 1_200, 1_400, 1_600, 1_800, 2_000]
-    assert first.after.next_due_ms == 2_200 and first.after.last_sent_ms == 2_000
-    assert plan(first.after, 1_100, 800).ticks == []  # 2,000 still waits to come due
-    assert plan(first.after, 2_100, 0).ticks == [2_200]  # at least one always waits
+    first = plan(s, 1_000)
+    assert first.ticks == [1_000, 1_200]  # not 121 ticks two reprocessor intervals ahead
+    assert first.after.next_due_ms == 1_400 and first.after.last_sent_ms == 1_200
+    assert plan(first.after, 1_000).ticks == []  # two still to come
+    assert plan(first.after, 1_100).ticks == [1_400]  # 1,000 fell due: the next one
+    assert plan(first.after, 1_300).ticks == [1_400, 1_600]
     hourly = _schedule(cron="@hourly", now_ms=1_000)
-    assert plan(hourly, 1_000, 1_000).ticks == [3_600_000]
+    assert plan(hourly, 1_000).ticks == [3_600_000, 7_200_000]
+    # As read: the next tick to fall due, the latest that fell due (never in the future).
+    seen = first.after.as_of(1_100)
+    assert seen.next_due_ms == 1_200 and seen.last_sent_ms == 1_000
+    assert first.after.as_of(999).last_sent_ms is None
+    assert first.after.as_of(5_000).last_sent_ms == 1_200  # nothing queued after it
+    daily = _schedule(cron="30 5 * * *", timezone="Europe/Berlin", now_ms=1_700_000_000_000)
+    made = plan(daily, 1_700_000_000_000).after
+    assert made.as_of(1_700_000_000_000).last_sent_ms is None  # not "tomorrow"
 
 
 def _local(ms: int) -> str:
@@ -75,7 +86,7 @@ def test_a_berlin_cron_ticks_once_a_day_across_both_dst_changes() -> None:
     ticks: list[int] = []
     now = spring
     for _ in range(8 * 24):  # a pass every hour for 8 days, one hour ahead
-        done = plan(s, now, 3_600_000)
+        done = plan(s, now)
         ticks += done.ticks
         s = done.after
         now += 3_600_000
@@ -89,7 +100,7 @@ def test_a_berlin_cron_ticks_once_a_day_across_both_dst_changes() -> None:
     s = _schedule(cron="30 2 * * *", timezone="Europe/Berlin", now_ms=autumn)
     ticks = []
     for hour in range(5 * 24):
-        done = plan(s, autumn + hour * 3_600_000, 3_600_000)
+        done = plan(s, autumn + hour * 3_600_000)
         ticks += done.ticks
         s = done.after
     assert [_local(t) for t in ticks][:5] == [
@@ -103,8 +114,8 @@ def test_a_berlin_cron_ticks_once_a_day_across_both_dst_changes() -> None:
                                               2_400, 2_600, 2_800])])
 def test_missed_ticks_follow_catch_up(catch_up: str, expected: list[int]) -> None:
     s = _schedule(every_ms=200, start_at_ms=1_000, catch_up=catch_up)
-    done = plan(s, 2_900, 0)  # nothing ran from 1,000 to 2,900
-    assert done.ticks == [*expected, 3_000]
+    done = plan(s, 2_900)  # nothing ran from 1,000 to 2,900
+    assert done.ticks == [*expected, 3_000, 3_200]
 
 
 # ---------------------------------------------------------------------------- on a server
@@ -293,6 +304,11 @@ def test_the_ops_cli_lists_schedules(redis_server: RedisServer,
     assert main(["schedules", "mail", *argv]) == 0
     out = capsys.readouterr().out
     assert "digest" in out and "Europe/Berlin" in out and "beats" not in out
+    assert " UTC" in out  # times show their zone: UTC unless --tz
+    assert main(["schedules", "mail", "--tz", "Europe/Berlin", *argv]) == 0
+    out = capsys.readouterr().out
+    assert " CET" in out or " CEST" in out
+    assert main(["schedules", "--tz", "Mars/Olympus", *argv]) == 2
 
 
 def test_a_berlin_cron_through_the_api_with_an_injected_clock(
@@ -319,3 +335,64 @@ def test_a_berlin_cron_through_the_api_with_an_injected_clock(
                     "03-30 02:30 CEST", "03-31 02:30 CEST",
                     "10-23 02:30 CEST", "10-24 02:30 CEST", "10-25 02:30 CEST",
                     "10-26 02:30 CET", "10-27 02:30 CET"]
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_a_one_second_schedule_with_a_consumer_holds_two_ticks_and_is_on_time(
+        factories: Callable[..., Any], partitions: int) -> None:
+    """With a reprocessor pass once a minute, a 1 s schedule is never more than 2 messages
+    (not 121 queued two intervals ahead), and each tick is delivered on time: the claim of a
+    tick queues the next one."""
+    queues = factories(unack_handler_interval_ms=60_000)
+    q = queues.get(unique("beat"), QueuePolicy(partitions=partitions))
+    made = q.schedule("beat", every_ms=1000)
+    assert q.size() <= 2
+    late_ms: list[int] = []
+    delivered: list[str] = []
+    ends = time.monotonic() + 4.5
+    while time.monotonic() < ends:
+        got = q.unsafe_pop_all_shards(1, wait_ms=1500)
+        at_ms = time.time() * 1000
+        late_ms += [int(at_ms - int(m.id.split("@")[1])) for m in got]
+        delivered += [m.id for m in got]
+        q.ack_many(got)
+        assert q.size() <= 2, q.size()
+    ticks = sorted(int(i.split("@")[1]) for i in delivered)
+    assert len(delivered) == len(set(delivered))
+    assert len(ticks) >= 4 and ticks == [ticks[0] + 1000 * k for k in range(len(ticks))]
+    assert ticks[0] == made.first_ms
+    assert max(late_ms) < 1000, late_ms  # generous: queued a second ahead, not at a pass
+    (seen,) = q.schedules()
+    assert seen.last_sent_ms is not None and seen.last_sent_ms <= time.time() * 1000 + 50
+    assert seen.next_due_ms > seen.last_sent_ms
+
+
+def test_schedules_and_stats_show_the_last_tick_that_fell_due_never_a_future_one(
+        redis_server: RedisServer) -> None:
+    """The README's daily 05:30 Berlin schedule: "last sent" is none until 05:30 came, never
+    tomorrow's tick queued ahead; the stats count the queued ticks like any message and say
+    how many are ticks."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get("mail")
+        q.push([Message("other", "x")])
+        made = q.schedule("digest", cron="30 5 * * *", timezone="Europe/Berlin")
+        assert made.last_sent_ms is None and made.next_due_ms > time.time() * 1000
+        (stats,) = read_stats(queues, ["mail"])
+        assert stats.total("waiting") == q.size() == 3 and stats.ticks == 2
+        assert stats.schedules[0].last_sent_ms is None
+    clock = FakeClock(int(datetime(2026, 6, 1, 12, tzinfo=BERLIN).timestamp() * 1000))
+    with RedisQueues.from_url(redis_server.url, key_prefix=prefix, clock=clock,
+                              unack_handler_interval_ms=0) as queues:
+        q = queues.get("faked")
+        made = q.schedule("digest", cron="30 5 * * *", timezone="Europe/Berlin")
+        tomorrow = int(datetime(2026, 6, 2, 5, 30, tzinfo=BERLIN).timestamp() * 1000)
+        assert made.last_sent_ms is None and made.next_due_ms == tomorrow
+        clock.advance(tomorrow - clock.now_ms + 60_000)  # 05:31 the next day
+        (seen,) = q.schedules()
+        assert seen.last_sent_ms == tomorrow and seen.next_due_ms == tomorrow + 86_400_000
+        got = q.unsafe_pop_all_shards(10)
+        assert [m.id for m in got] == [f"digest@{tomorrow}"]
+        q.ack_many(got)
+        assert q.size() == 2  # the claim queued the tick after the next one

@@ -93,6 +93,7 @@ ALLOWED_SIDEWAYS: dict[tuple[str, str], str] = {
     ("ops", "spark"): "the CLI runs 'dynoqueue spark-demo' (spark/cli.py adds its parser)",
     ("ops", "server"): "'dynoqueue serve' starts the HTTP server",
     ("ops", "metrics"): "'dynoqueue stats' prints the metrics' read",
+    ("ops", "embedded"): "'dynoqueue dev' runs a local topology in the foreground",
     # Built on another product:
     ("metrics", "worker"): "WorkerMetrics is a WorkerHooks (metrics/counters.py)",
     ("server", "metrics"): "the server serves the metrics' reads and Prometheus endpoint",

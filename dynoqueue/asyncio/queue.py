@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 from ..core.factory import QueueBase
 from ..core.layout import AnyCore
 from ..core.requests import Op
-from ..core.schedules import horizon_for
 from ..io.aio import AsyncDriver
 from ..model.message import Message
 from ..model.schedules import Schedule
@@ -195,14 +194,25 @@ class DynoQueue(QueueBase):
     async def set_policy(self, policy: QueuePolicy) -> QueuePolicy | None:
         return await self._run(self._core.set_policy(policy))
 
+    async def delete_policy(self) -> bool:
+        return await self._run(self._core.delete_policy())
+
+    async def pause(self) -> bool:
+        return await self._run(self._core.pause())
+
+    async def resume(self) -> bool:
+        return await self._run(self._core.resume())
+
+    async def is_paused(self) -> bool:
+        return await self._run(self._core.is_paused())
+
     async def schedule(self, schedule_id: str, *, payload: str | None = None,
                        cron: str | None = None, every_ms: int | None = None,
                        timezone: str = "UTC", priority: int = 0, catch_up: str = "once",
                        start_at_ms: int | None = None) -> Schedule:
         return await self._run(self._core.schedule(
             schedule_id, payload=payload, cron=cron, every_ms=every_ms, timezone=timezone,
-            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms,
-            horizon_ms=horizon_for(self._core.settings)))
+            priority=priority, catch_up=catch_up, start_at_ms=start_at_ms))
 
     async def schedules(self) -> list[Schedule]:
         return await self._run(self._core.schedules())

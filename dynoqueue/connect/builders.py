@@ -20,7 +20,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import ConfigurationError, RedisOperationError
+from ..core.failures import refused
+from ..errors import ConfigurationError, ConnectionFailedError, RedisOperationError
 from ..model import validate
 from ..model.settings import DEFAULT_CALL_TIMEOUT_MS, QueueOptions, check_call_timeout_ms
 from ..model.sharding import ShardSupplier, SingleShardSupplier, ZoneShardSupplier
@@ -98,7 +99,8 @@ def from_url(
 
     Raises:
         ConfigurationError: a bad URL, zone list or setting.
-        RedisOperationError: (cluster URLs only) no node could be reached or logged in to.
+        ConnectionFailedError: (cluster URLs only) no node could be reached.
+        RedisOperationError: (cluster URLs only) no node could be logged in to.
             Other deployments connect lazily: ``ping()`` checks them at start-up.
     """
     node_options: dict[str, Any] = {}
@@ -329,6 +331,8 @@ def _cluster_client(flavor: Flavor, startup: list[tuple[str, int]], startup_node
     try:
         return flavor.cluster(startup_nodes=startup_nodes, **common, **extra)
     except (RedisError, RedisClusterException) as exc:
+        if refused(exc):
+            raise ConnectionFailedError(f"cluster {_addresses(startup)}", str(exc)) from exc
         raise RedisOperationError("connect", "", f"Redis Cluster at {startup}: {exc}") from exc
 
 

@@ -38,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline
+from ..core.failures import ENDPOINT_ATTRIBUTE, refused
 from ..errors import ConfigurationError
 from .primary import PrimaryWatcher
 
@@ -58,23 +59,31 @@ class RetryBudget:
     frozen server fails a call with :class:`~dynoqueue.errors.CallTimeoutError` in time. A
     read timeout of a claim is not retried (the claim may have run). A wrong password or
     unknown user is not retried: it raises :class:`~dynoqueue.errors.AccessDeniedError` at
-    once.
+    once. A client that has never reached its server (a wrong port or host, a server that is
+    down) retries a refused connection or an unresolvable host only for ``refused_s``, then
+    raises :class:`~dynoqueue.errors.ConnectionFailedError`; once it has been answered, a
+    refusal (a restart, a failover) is retried within the whole budget.
 
     Args:
         retries: retries after the first attempt, >= 0.
         base_s: first back-off, seconds, > 0.
         cap_s: longest single back-off, seconds, >= base_s.
+        refused_s: how long a call of a client that was never answered retries a refused
+            or unresolvable connection, seconds, >= 0.
     """
 
     retries: int = 12
     base_s: float = 0.05
     cap_s: float = 1.0
+    refused_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigurationError(f"retries must be an int >= 0, got {self.retries!r}")
         if not self.base_s > 0 or not self.cap_s >= self.base_s:
             raise ConfigurationError("back-off must satisfy 0 < base_s <= cap_s")
+        if not isinstance(self.refused_s, (int, float)) or not self.refused_s >= 0:
+            raise ConfigurationError(f"refused_s must be a number >= 0, got {self.refused_s!r}")
 
     @property
     def worst_case_s(self) -> float:
@@ -83,12 +92,22 @@ class RetryBudget:
 
 
 class _Retrying:
-    """What both APIs' Retry classes decide: whether a failure is retried, and the log line."""
+    """What both APIs' Retry classes decide: whether a failure is retried, and the log line.
+
+    One per client: redis-py deep-copies a client's Retry into each connection, and the copies
+    share this (whether the server ever answered is the client's, not one connection's).
+    """
 
     def __init__(self, budget: RetryBudget, endpoint: str, call_timeout_s: float) -> None:
         self.endpoint = endpoint
         self.retries = budget.retries
+        self.refused_s = budget.refused_s
         self.call_timeout_s = call_timeout_s
+        #: Some attempt succeeded: a refusal now is a restart or a failover, not a wrong address.
+        self.reached = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Retrying:
+        return self
 
     def own_deadline(self) -> Any:
         """Outside any call (a doorbell, a sentinel lookup): a deadline of our own, which the
@@ -102,6 +121,10 @@ class _Retrying:
         if isinstance(error, RedisTimeoutError) and not RETRY_TIMEOUTS.get():
             return False  # the command may have run: not blindly again
         deadline = CURRENT.get()
+        if refused(error):
+            setattr(error, ENDPOINT_ATTRIBUTE, self.endpoint)  # ConnectionFailedError names it
+            if not self.reached and self._refused_too_long(deadline, backoff_s):
+                return False
         if 0 <= self.retries < failures or (
                 deadline is not None and deadline.left() < backoff_s + took_s):
             return False
@@ -114,6 +137,16 @@ class _Retrying:
         log.log(logging.WARNING if first else logging.DEBUG, "Redis at %s: %s%s; retrying",
                 self.endpoint, error, attempt)
         return True
+
+    def _refused_too_long(self, deadline: Deadline | None, backoff_s: float) -> bool:
+        """True if another retry of a refused connection would end after ``refused_s`` from
+        this call's first refusal (every nested retry level shares the call's deadline)."""
+        now = time.monotonic()
+        if deadline is None:
+            return True
+        if deadline.refused_since is None:
+            deadline.refused_since = now
+        return now - deadline.refused_since + backoff_s > self.refused_s
 
 
 def _fail(fail: Callable[..., Any], error: Exception, failures: int, with_count: bool) -> Any:
@@ -135,7 +168,9 @@ class _SyncRetry(redis.retry.Retry):
             while True:
                 started = time.monotonic()
                 try:
-                    return do()
+                    reply = do()
+                    self._rules.reached = True
+                    return reply
                 except self._supported_errors as error:
                     if isinstance(error, _FINAL) or (is_retryable and not is_retryable(error)):
                         raise
@@ -167,7 +202,9 @@ class _AsyncRetry(redis.asyncio.retry.Retry):
             while True:
                 started = time.monotonic()
                 try:
-                    return await do()
+                    reply = await do()
+                    self._rules.reached = True
+                    return reply
                 except self._supported_errors as error:
                     if isinstance(error, _FINAL) or (is_retryable and not is_retryable(error)):
                         raise

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..errors import CallTimeoutError, QueueClosedError
+from ..errors import CallTimeoutError, InvalidArgumentError, QueueClosedError
 from ..model import validate
 from ..model.keys import QueueKeys
 from ..model.luapattern import LuaPattern
@@ -19,6 +19,7 @@ from .deadline import DeadlinePassed
 from .failures import timed_out
 from .replies import Claim, leased
 from .requests import QUORUM, BellState, Budget, Cancelled, Op, Ticket, WaitBell
+from .schedules import Scheduling, chain_ticks
 from .state import (
     LATE,
     LIMITED,
@@ -126,8 +127,13 @@ class Consuming(QueueState, WaitingPop):
         claim = Claim(order, count, lease)
         if wait_ms == 0:
             yield from self._guarded_claim(operation, claim)
-            return claim.messages()
-        return (yield from self._waiting_pop(operation, claim, min(enough, count), wait_ms))
+            got = claim.messages()
+        else:
+            got = yield from self._waiting_pop(operation, claim, min(enough, count), wait_ms)
+        # A claimed tick queues its schedule's next one (core.schedules); self is a QueueCore,
+        # which schedules too.
+        core = cast("Scheduling", self)
+        return (yield from chain_ticks(core, lambda _id: core, got))
 
     def _pop_arguments(self, count: int, wait_ms: int, lease_ms: int | None,
                        min_count: int | None) -> tuple[int, int]:
@@ -140,7 +146,14 @@ class Consuming(QueueState, WaitingPop):
         validate.ms("wait_ms", wait_ms)
         lease = self.unack_timeout_ms if lease_ms is None else validate.ms("lease_ms", lease_ms,
                                                                             low=1)
-        return lease, count if min_count is None else validate.count("min_count", min_count, 1)
+        if min_count is None:
+            return lease, count
+        enough = validate.count("min_count", min_count, 1)
+        if count and enough > count:  # (count 0 returns [] at once, whatever min_count)
+            raise InvalidArgumentError(
+                f"min_count must be at most count ({count}), got {enough}: a pop never returns "
+                "more than count messages")
+        return lease, enough
 
     def _guarded_claim(self, operation: str, claim: Claim) -> Op[int | None]:
         """Claim until ``claim`` holds its count; on cancellation put everything this pop

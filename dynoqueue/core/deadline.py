@@ -22,12 +22,14 @@ class Deadline:
         seconds: from now, > 0.
     """
 
-    __slots__ = ("at", "warned")
+    __slots__ = ("at", "refused_since", "warned")
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
         #: A retry of this call was logged as a warning (the others go to debug).
         self.warned = False
+        #: ``time.monotonic()`` of this call's first refused (or unresolvable) connection.
+        self.refused_since: float | None = None
 
     def left(self) -> float:
         """Seconds until the deadline (negative once it has passed)."""

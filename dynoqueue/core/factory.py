@@ -23,10 +23,9 @@ from ..model.states import QueuePolicy
 from .failures import guarded
 from .layout import AnyCore, Discovering, open_core
 from .partitions import PartitionedCore
-from .preflight import ServerCheck
+from .preflight import EVICTED, ServerCheck
 from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op
-from .schedules import horizon_for
 from .state import no_events
 from .zones import ZoneWatch
 
@@ -252,6 +251,7 @@ class QueuesBase(Generic[Q]):
         queue in the registry (each on the local shard and the adopted ones); one queue's
         error is logged, not raised."""
         yield from self._beat()
+        yield from self._watch_evictions()
         cores: list[Any] = [queue._core for queue in self.queues() if not queue.closed]
         opened = {core.name for core in cores}
         names: list[str] = []
@@ -276,6 +276,38 @@ class QueuesBase(Generic[Q]):
             except Exception:  # the reprocessor must survive anything (dyno-queues #85)
                 log.exception("unack processing failed for queue %s", core.name)
         return total
+
+    def _watch_evictions(self) -> Op[None]:
+        """Where an evicting maxmemory-policy was allowed (eviction_check="warn"): log and
+        count the keys the server evicted since the last pass (see ServerCheck); a failure to
+        read is logged."""
+        if self._server_check.evicting is None:
+            return
+        deployment = self._deployment()
+        try:
+            evicted = yield from self._server_check.watch_evictions(deployment)
+        except Exception:  # the reprocessor must survive anything
+            log.exception("reading evicted_keys of Redis at %s failed", deployment)
+            return
+        if evicted:
+            self._events(deployment, EVICTED, evicted)
+
+    def _deployment(self) -> str:
+        """The deployment this factory writes to, as logs name it: the quorum connection's
+        ``host:port`` (a Cluster: its startup nodes; a Unix socket: its path) and the key
+        prefix. No credentials."""
+        conn = self.quorum_conn
+        nodes = getattr(getattr(conn, "nodes_manager", None), "startup_nodes", None)
+        if nodes:
+            where = "cluster " + ",".join(sorted(str(name) for name in nodes))
+        else:
+            pool = getattr(conn, "connection_pool", None)
+            found = getattr(pool, "connection_kwargs", {})
+            service = getattr(pool, "service_name", None)
+            where = (f"sentinel service {service}" if service
+                     else str(found["path"]) if found.get("path")
+                     else f"{found.get('host', '?')}:{found.get('port', '?')}")
+        return f"{where} (key prefix {self.key_prefix})"
 
     def _beat(self) -> Op[None]:
         """Write the zone heartbeat and refresh the adopted shards; a failure is logged (the
@@ -339,7 +371,6 @@ class QueuesBase(Generic[Q]):
             log.exception("reading the schedule registry %s failed", registry)
             return 0
         opened = {queue._core.name: queue._core for queue in self.queues() if not queue.closed}
-        horizon = horizon_for(self.settings)
         total = 0
         for name in sorted(as_text(n) for n in raw):
             if self._closed:
@@ -349,7 +380,7 @@ class QueuesBase(Generic[Q]):
                 continue
             try:
                 yield Budget(0)  # each queue's pass has a deadline of its own
-                total += yield from core.run_schedules(horizon)
+                total += yield from core.run_schedules()
             except Exception:  # the reprocessor must survive anything
                 log.exception("the schedule pass failed for queue %s", name)
         return total

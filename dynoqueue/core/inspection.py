@@ -89,7 +89,7 @@ class Inspecting(QueueState):
     def shard_sizes(self) -> Op[dict[str, dict[str, int]]]:
         self._check_attached()
         # the shards' zsets: not the limits' rate log and counter after them
-        keys = [*self._life_keys[_FIXED_LIFE_KEYS:-2], self.keys.group_waiting]
+        keys = [*self._life_keys[_FIXED_LIFE_KEYS:-3], self.keys.group_waiting]
         counts = yield from self._read("shard_sizes", keys[0], "sizes", keys, [])
         return replies.shard_sizes(counts, self.shards)
 

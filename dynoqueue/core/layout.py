@@ -33,8 +33,8 @@ _OPERATIONS = frozenset({
     "set_timeout", "remove", "peek", "contains", "get", "get_all_messages", "find_match",
     "contains_match", "size", "shard_sizes", "find_stale_messages", "state", "info",
     "group_info", "dead_letters", "dead_size", "process_unacks", "redrive", "purge_dead",
-    "clear", "stored_policy", "set_policy", "schedule", "schedules", "unschedule",
-    "run_schedules"})
+    "clear", "stored_policy", "set_policy", "delete_policy", "schedule", "schedules",
+    "unschedule", "run_schedules", "pause", "resume", "is_paused"})
 
 
 def open_core(name: str, settings: QueueSettings, *, quorum_cluster: bool, replica_reads: bool,

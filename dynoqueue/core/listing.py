@@ -1,11 +1,13 @@
 """Every queue under a factory's key prefix, as found in Redis (not only those opened here).
 
 A queue that holds any message, waiting or leased, has its message hash ``P.MESSAGE.Q`` (on a
-hash-tagged layout, Redis Cluster's, ``P.MESSAGE.{Q}``), and one that holds dead letters its
-dead set ``P.DEAD.Q``: a SCAN for those names finds every queue, including one whose messages
-are all leased (its waiting sets are then gone) or dead. On a
-Cluster the SCAN runs on every primary. The queues the factory opened are listed too, empty
-or not, as Conductor's DAO listed them.
+hash-tagged layout, Redis Cluster's, ``P.MESSAGE.{Q}``), one that holds dead letters its
+dead set ``P.DEAD.Q``, and one that is configured its stored policy ``P.POLICY.Q``: a SCAN for
+those names finds every queue, including one whose messages are all leased (its waiting sets
+are then gone), dead, or gone (a purged queue keeps its policy). On a Cluster the SCAN runs on
+every primary. The queues of the registry ``P.QUEUES`` (every queue a process pushed to, until
+it is cleared; :mod:`dynoqueue.core.zones`) and those the factory opened are listed too,
+empty or not, as Conductor's DAO listed them.
 
 A call-driven operation (queue-level calls, :mod:`dynoqueue.core.calls`), not one of the
 drivers' Redis-level requests (:mod:`dynoqueue.core.requests`): it SCANs each Cluster primary
@@ -27,6 +29,8 @@ from redis.exceptions import (
 )
 
 from ..errors import AccessDeniedError, RedisOperationError
+from ..model.keys import PrefixKeys
+from ..model.message import as_text
 from .calls import Call, CallOp
 
 #: Keys asked per SCAN call (a hint to the server, not a limit).
@@ -43,21 +47,23 @@ def queue_names(queues: Any, operation: str) -> CallOp[list[str]]:
     """
     tagged = bool(queues.settings.hash_tag)
     prefix = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in f"{queues.key_prefix}.")
-    # One SCAN matches both P.MESSAGE.* and P.DEAD.* (and a few names that are neither,
-    # dropped below): a queue that holds only dead letters has no message hash, and it is
-    # the one an operator most needs to see.
-    pattern = prefix + "[MD]E[SA][SD]*"
+    # One SCAN matches P.MESSAGE.*, P.DEAD.* and P.POLICY.* (and a few names that are none
+    # of them, dropped below): a queue that holds only dead letters has no message hash, and
+    # it is the one an operator most needs to see.
+    pattern = prefix + "[MDP][EO][SAL][SDI]*"
     client = queues.quorum_conn
     try:
         if queues.settings.cluster:
             keys = yield from _scan_primaries(client, pattern)
         else:
             keys = yield from _scan(client, pattern)
+        registered = yield Call.of(client, "smembers", PrefixKeys(queues.key_prefix).queues)
     except (AuthenticationError, NoPermissionError) as exc:
         raise AccessDeniedError(operation, pattern, str(exc)) from exc
     except (RedisError, RedisClusterException) as exc:
         raise RedisOperationError(operation, pattern, str(exc)) from exc
     names = {queue.name for queue in queues.queues()}
+    names.update(as_text(name) for name in registered)
     for key in keys:
         name = _queue_name(key, queues.key_prefix, tagged)
         if name:
@@ -76,7 +82,7 @@ def _queue_name(key: Any, key_prefix: str, tagged: bool) -> str | None:
         text = key.decode() if isinstance(key, bytes) else str(key)
     except UnicodeDecodeError:  # not a key dynoqueue wrote: names are text
         return None
-    for kind in ("MESSAGE", "DEAD"):
+    for kind in ("MESSAGE", "DEAD", "POLICY"):
         head = f"{key_prefix}.{kind}."
         if text.startswith(head):
             name = text[len(head):]

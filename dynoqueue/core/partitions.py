@@ -307,9 +307,12 @@ class PartitionedCore(WaitingPop):
         spread = Spread([(self.parts[k], Claim(order, count, lease)) for k in rotation], count,
                         lease, [k * width + i for k in rotation for i in order])
         if wait_ms == 0:
-            return (yield from self._checked_op(operation, self._claim_now(operation, spread)))
-        return (yield from self._checked_op(operation, self._waiting_pop(
-            operation, spread, min(enough, count), wait_ms)))
+            got = yield from self._checked_op(operation, self._claim_now(operation, spread))
+        else:
+            got = yield from self._checked_op(operation, self._waiting_pop(
+                operation, spread, min(enough, count), wait_ms))
+        # A claimed tick queues its schedule's next one (core.schedules).
+        return (yield from schedules.chain_ticks(self.base, self.part_of, got))
 
     def _claim_now(self, operation: str, spread: Spread) -> Op[list[Message]]:
         yield from self._guarded_claim(operation, spread)
@@ -557,8 +560,8 @@ class PartitionedCore(WaitingPop):
         return self._checked_op("purge_dead", self._sum([p.purge_dead() for p in self.parts]))
 
     def clear(self) -> Op[None]:
-        """Clear every partition, then the one-partition keys (the stored policy, the
-        registry entry): this process stores its policy again at its next call."""
+        """Clear every partition, then the one-partition keys (the registry entry); the
+        stored policies stay (see :meth:`delete_policy`)."""
         self.base._check_open()
         return self._clear()
 
@@ -566,7 +569,52 @@ class PartitionedCore(WaitingPop):
         for part in self.parts:
             yield from part.clear()
         yield from self.base.clear()
+
+    def delete_policy(self) -> Op[bool]:
+        """Delete the stored policy of the queue and of every partition, refused while any
+        partition holds a message or dead letter (the stored policy is how processes given
+        none find the partitions)."""
+        self.base._check_attached()
+        return self._delete_policy()
+
+    def _delete_policy(self) -> Op[bool]:
+        for k, part in enumerate(self.parts):
+            keys = part.keys
+            held = yield from guarded("delete_policy", keys.policy, part.sender.command(
+                QUORUM, "EXISTS", keys.message_hash, keys.dead))
+            if int(held):
+                raise ConfigurationError(
+                    f"queue {self.name!r} has {self.count} partitions and partition {k} holds "
+                    "messages; clear or drain the queue before deleting its policy (it is how "
+                    "processes given no policy find the partitions)")
+        for part in self.parts:
+            yield from part.delete_policy()
+        deleted = yield from self.base.delete_policy()
         self._checked = self.policy is None
+        return deleted
+
+    # ----------------------------------------------------------------------------- pause
+    # Each partition has its own flag (its claims read it in their slot).
+
+    def pause(self) -> Op[bool]:
+        """Pause every partition. Returns True if any was running."""
+        self.base._check_open()
+        return self._checked_op("pause", self._any(self._each(lambda part: part.pause())))
+
+    def resume(self) -> Op[bool]:
+        """Resume every partition (ringing its doorbells). Returns True if any was paused."""
+        self.base._check_open()
+        return self._checked_op("resume", self._any(self._each(lambda part: part.resume())))
+
+    def is_paused(self) -> Op[bool]:
+        """Whether any partition is paused (after a pause, all are)."""
+        self.base._check_attached()
+        return self._checked_op("is_paused",
+                                self._any(self._each(lambda part: part.is_paused())))
+
+    @staticmethod
+    def _any(op: Op[list[bool]]) -> Op[bool]:
+        return any((yield from op))
 
     # ----------------------------------------------------------------------------- schedules
     # The records live in the base's keys; each tick goes to its message's partition.
@@ -582,9 +630,8 @@ class PartitionedCore(WaitingPop):
         return self._checked_op("unschedule",
                                 schedules.remove(self.base, self.part_of, schedule_id))
 
-    def run_schedules(self, horizon_ms: int) -> Op[int]:
-        return self._checked_op("run_schedules",
-                                schedules.run_pass(self.base, self.part_of, horizon_ms))
+    def run_schedules(self) -> Op[int]:
+        return self._checked_op("run_schedules", schedules.run_pass(self.base, self.part_of))
 
     def stored_policy(self) -> Op[QueuePolicy | None]:
         return self.base.stored_policy()

@@ -10,6 +10,11 @@ once (``"warn"``) or does not look (``"off"``). A user that may read neither (an
 without ``@admin`` and ``@dangerous``) gets one warning that says what was refused and what to
 make sure of; its calls go on. Dynomite's profile turns the check off.
 
+Where the user allowed such a policy (``"warn"``), evictions must still never be silent:
+:meth:`ServerCheck.watch_evictions` (each unack pass) reads ``evicted_keys`` from ``INFO
+stats`` and, when it grew, logs an ERROR naming the deployment and tells the factory's events
+(:data:`EVICTED`, counted as ``dynoqueue_evicted_keys_total``).
+
 It is one operation (:data:`~dynoqueue.core.requests.Op`), so both APIs run the same check.
 """
 
@@ -25,6 +30,10 @@ from ..model.message import as_text
 from .requests import QUORUM, Op, Pipeline, RefreshSlots
 
 log = logging.getLogger("dynoqueue.queues")
+
+#: The factory events' kind for keys the server evicted (the events' first argument is then
+#: the deployment, not a queue).
+EVICTED = "evicted_keys"
 
 
 def eviction_safe(policy: str) -> bool:
@@ -51,6 +60,11 @@ class ServerCheck:
         self.eviction_check = eviction_check
         self.cluster = cluster
         self.done = eviction_check == "off"
+        #: The evicting policy the user allowed (``"warn"``), watched by watch_evictions.
+        self.evicting: str | None = None
+        #: The key whose primary was checked (a Cluster), and its last ``evicted_keys``.
+        self._owner: str | None = None
+        self._evicted: int | None = None
 
     def run(self, key: str) -> Op[None]:
         """Read the server's ``maxmemory-policy`` and act on it.
@@ -92,18 +106,60 @@ class ServerCheck:
             if self.eviction_check == "refuse":
                 raise ConfigurationError(f"{message}, or pass eviction_check='warn' or 'off'")
             log.warning("%s", message)
+            self.evicting, self._owner = policy, owner
         self.done = True
+
+    def watch_evictions(self, deployment: str) -> Op[int]:
+        """Where an evicting policy was allowed: read ``evicted_keys`` (``INFO stats``) and,
+        when it grew since the last read, log an ERROR naming ``deployment``. Returns how many
+        keys were evicted since the last read (0 at the first, or with no evicting policy).
+
+        Raises:
+            redis.exceptions.RedisError: the server could not be read (the caller logs it).
+        """
+        if self.evicting is None:
+            return 0
+        (reply,) = yield Pipeline(QUORUM, [("INFO", "stats")], owner_of=self._owner)
+        count = _int_in_info(reply, "evicted_keys")
+        if count is None:
+            return 0
+        before, self._evicted = self._evicted, count
+        grew = 0 if before is None else max(0, count - before)
+        if grew:
+            log.error("Redis at %s evicted %d keys since the last unack pass (evicted_keys %d "
+                      "-> %d) under maxmemory-policy %s: queue messages, leases or dead "
+                      "letters may be lost; set 'CONFIG SET maxmemory-policy noeviction' or "
+                      "give Redis more memory", deployment, grew, before, count,
+                      self.evicting)
+        return grew
 
 
 def _policy_in_info(reply: Any) -> str | None:
     """The policy in an ``INFO memory`` reply: a dict (redis-py's parsing) or its text."""
+    policy = _in_info(reply, "maxmemory_policy")
+    return None if policy is None else policy.strip().lower()
+
+
+def _int_in_info(reply: Any, field: str) -> int | None:
+    """An integer field of an ``INFO`` reply (None when absent or not a number)."""
+    value = _in_info(reply, field)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
+
+
+def _in_info(reply: Any, field: str) -> str | None:
+    """A field of an ``INFO`` reply: a dict (redis-py's parsing) or its text."""
     if isinstance(reply, dict):
-        policy = reply.get("maxmemory_policy")
-        return None if policy is None else as_text(policy).strip().lower()
+        value = reply.get(field)
+        if value is None:
+            return None
+        return as_text(value) if isinstance(value, (bytes, str)) else str(value)
     for line in as_text(reply).splitlines():
         name, _, value = line.partition(":")
-        if name == "maxmemory_policy":
-            return value.strip().lower()
+        if name == field:
+            return value.strip()
     return None
 
 

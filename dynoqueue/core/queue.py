@@ -9,10 +9,11 @@ and key.
 
 The operations are grouped by what they do, one module each, as redis-py groups its commands
 in mixins: :mod:`~dynoqueue.core.produce`, :mod:`~dynoqueue.core.consume`,
-:mod:`~dynoqueue.core.leases`, :mod:`~dynoqueue.core.inspection` and
-:mod:`~dynoqueue.core.upkeep`, over what they share (:mod:`~dynoqueue.core.state`: the state,
-the checks, the guarded calls); :mod:`~dynoqueue.core.sender` is the send path and
-:mod:`~dynoqueue.core.replies` the reply decoding.
+:mod:`~dynoqueue.core.leases`, :mod:`~dynoqueue.core.inspection`,
+:mod:`~dynoqueue.core.upkeep` and :mod:`~dynoqueue.core.pausing`, over what they share
+(:mod:`~dynoqueue.core.state`: the state, the checks, the guarded calls);
+:mod:`~dynoqueue.core.sender` is the send path and :mod:`~dynoqueue.core.replies` the reply
+decoding.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from __future__ import annotations
 from .consume import Consuming
 from .inspection import Inspecting
 from .leases import Leasing
+from .pausing import Pausing
 from .produce import Producing
 from .schedules import Scheduling
 from .upkeep import Upkeep
 
 
-class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep, Scheduling):
+class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep, Scheduling, Pausing):
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 
     Constructed as :class:`~dynoqueue.core.state.QueueState` (same arguments and errors); each

@@ -1,10 +1,19 @@
-"""A queue's schedules (recurring messages): upsert, list, remove, and the pass that queues
-their ticks, as operations of the core (the same for both APIs and every layout).
+"""A queue's schedules (recurring messages): upsert, list, remove, the pass that queues their
+ticks, and the chaining of a claimed tick, as operations of the core (the same for both APIs
+and every layout).
 
-Each tick is sent once, by any number of factories in any zones, started and killed at any
-time:
+A schedule keeps at most its next two ticks that have not fallen due queued. A pop that
+claims ticks queues each one's schedule's next tick in the same call, right after the claim
+script (:func:`chain_ticks`: on a partitioned queue the next tick's partition, and the records,
+may live in other slots than the claim's), so ticks are on time whatever the reprocessor's
+interval. Passes queue a schedule's first ticks, the ticks after those that fell due without
+a claim to chain them (a lost chain is repaired so), and the missed ones as ``catch_up`` says.
 
-1. a pass reads a schedule's record and plans its ticks (:func:`~dynoqueue.model.schedules.plan`);
+Each tick is sent once, by any number of factories and consumers in any zones, started and
+killed at any time:
+
+1. a pass (or a chain) reads a schedule's record and plans its ticks
+   (:func:`~dynoqueue.model.schedules.plan`);
 2. it pushes them with the ``tick`` script, in the partition of each tick's message id: a tick
    whose id that partition's tick log (``P.TICKS.Q``) holds is left out, the others are logged
    and pushed in the same script;
@@ -19,6 +28,7 @@ passed; a pass that took half that long between reading a record and pushing giv
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,17 +40,10 @@ from ..model.schedules import Schedule, new_schedule, plan, ticks_from
 from .requests import QUORUM, Op
 from .state import SCRIPT_BATCH, QueueState
 
+log = logging.getLogger("dynoqueue.queue")
+
 #: How long a partition's tick log keeps a tick after its schedule moved past it, ms.
 TICK_LOG_KEEP_MS = 600_000
-#: A pass queues ticks this far ahead when no reprocessor interval says more, ms.
-DEFAULT_HORIZON_MS = 60_000
-
-def horizon_for(settings: Any) -> int:
-    """How far ahead a pass queues ticks, ms: two reprocessor intervals and a second (so a
-    tick is queued at least an interval before it falls due, whichever factory's pass comes
-    next), or :data:`DEFAULT_HORIZON_MS` without a reprocessor."""
-    interval = int(settings.unack_handler_interval_ms)
-    return 2 * interval + 1000 if interval > 0 else DEFAULT_HORIZON_MS
 
 
 #: Where a tick's message goes: the core of its partition (a one-partition queue: itself).
@@ -72,7 +75,7 @@ class Scheduling(QueueState):
     # The calls on a one-partition queue: it keeps its records and pushes its ticks itself.
 
     def schedule(self, schedule_id: str, **definition: Any) -> Op[Schedule]:
-        """:func:`upsert` (DynoQueue.schedule's keywords, and ``horizon_ms``)."""
+        """:func:`upsert` (DynoQueue.schedule's keywords)."""
         return upsert(self, self._itself, schedule_id, **definition)
 
     def schedules(self) -> Op[list[Schedule]]:
@@ -81,8 +84,8 @@ class Scheduling(QueueState):
     def unschedule(self, schedule_id: str) -> Op[bool]:
         return remove(self, self._itself, schedule_id)
 
-    def run_schedules(self, horizon_ms: int) -> Op[int]:
-        return run_pass(self, self._itself, horizon_ms)
+    def run_schedules(self) -> Op[int]:
+        return run_pass(self, self._itself)
 
     def _itself(self, message_id: str) -> Scheduling:
         return self
@@ -96,7 +99,7 @@ class Scheduling(QueueState):
 
 def upsert(base: Scheduling, route: Route, schedule_id: str, *, payload: str | None,
            cron: str | None, every_ms: int | None, timezone: str, priority: int,
-           catch_up: str, start_at_ms: int | None, horizon_ms: int) -> Op[Schedule]:
+           catch_up: str, start_at_ms: int | None) -> Op[Schedule]:
     """Create or replace schedule ``schedule_id`` of ``base``'s queue and queue its first
     ticks (DynoQueue.schedule). Everything is checked before anything is written; the old
     definition's ticks not yet due go."""
@@ -106,11 +109,10 @@ def upsert(base: Scheduling, route: Route, schedule_id: str, *, payload: str | N
                             start_at_ms=start_at_ms, now_ms=now_ms)
 
     make(start_at_ms or 0)  # bad input raises here, before any I/O
-    return _upsert(base, route, make, horizon_ms)
+    return _upsert(base, route, make)
 
 
-def _upsert(base: Scheduling, route: Route, make: Callable[[int], Schedule],
-            horizon_ms: int) -> Op[Schedule]:
+def _upsert(base: Scheduling, route: Route, make: Callable[[int], Schedule]) -> Op[Schedule]:
     key = base.keys.schedules
     now = yield from _now(base)
     schedule = make(now)
@@ -121,16 +123,19 @@ def _upsert(base: Scheduling, route: Route, make: Callable[[int], Schedule],
     yield from base._command("schedule", registry, QUORUM, "SADD", registry, base.name)
     if old is not None:
         yield from _drop_queued(route, Schedule.from_json(schedule.id, old), now)
-    yield from _pass_one(base, route, schedule.id, record, now, horizon_ms)
+    yield from _pass_one(base, route, schedule.id, record, now)
     raw = yield from base._command("schedule", key, QUORUM, "HGET", key, schedule.id)
-    return Schedule.from_json(schedule.id, raw) if raw is not None else schedule
+    return (Schedule.from_json(schedule.id, raw) if raw is not None else schedule).as_of(now)
 
 
 def listed(base: Scheduling) -> Op[list[Schedule]]:
-    """Every schedule of ``base``'s queue, by id (DynoQueue.schedules)."""
+    """Every schedule of ``base``'s queue, by id, as of now (DynoQueue.schedules)."""
     key = base.keys.schedules
     raws = yield from base._command("schedules", key, QUORUM, "HGETALL", key)
-    return Schedule.all_from(raws)
+    if not raws:
+        return []
+    now = yield from _now(base)
+    return [s.as_of(now) for s in Schedule.all_from(raws)]
 
 
 def remove(base: Scheduling, route: Route, schedule_id: str) -> Op[bool]:
@@ -153,9 +158,9 @@ def _remove(base: Scheduling, route: Route, schedule_id: str) -> Op[bool]:
     return True
 
 
-def run_pass(base: Scheduling, route: Route, horizon_ms: int) -> Op[int]:
-    """One pass over every schedule of ``base``'s queue: queue each one's ticks up to
-    ``horizon_ms`` ahead. Returns how many ticks it queued."""
+def run_pass(base: Scheduling, route: Route) -> Op[int]:
+    """One pass over every schedule of ``base``'s queue: queue each one's ticks (see the
+    module docstring). Returns how many ticks it queued."""
     key = base.keys.schedules
     raws = yield from base._command("run_schedules", key, QUORUM, "HGETALL", key)
     if not raws:
@@ -163,8 +168,36 @@ def run_pass(base: Scheduling, route: Route, horizon_ms: int) -> Op[int]:
     now = yield from _now(base)
     queued = 0
     for sid, raw in dict(raws).items():
-        queued += yield from _pass_one(base, route, as_text(sid), raw, now, horizon_ms)
+        queued += yield from _pass_one(base, route, as_text(sid), raw, now)
     return queued
+
+
+def chain_ticks(base: Scheduling, route: Route, messages: list[Message]) -> Op[list[Message]]:
+    """After a pop leased ``messages``: queue the next tick of each schedule whose tick is
+    among them (its pass at this moment, so the tick log and the record's compare-and-set
+    keep every tick sent once). Returns ``messages``. No I/O when none is a tick (no id holds
+    ``@``); a failure is logged, not raised: the messages are leased, and the next pass
+    queues what this chain did not."""
+    claimed: dict[str, int] = {}  # schedule id -> its latest tick claimed
+    for m in messages:
+        sid, _, tick = m.id.rpartition("@")
+        if sid and tick.isdigit():
+            claimed[sid] = max(claimed.get(sid, 0), int(tick))
+    if not claimed:
+        return messages
+    sids = sorted(claimed)
+    key = base.keys.schedules
+    try:
+        raws = yield from base._command("pop", key, QUORUM, "HMGET", key, *sids)
+        found = [(sid, raw) for sid, raw in zip(sids, raws, strict=True) if raw is not None]
+        if found:
+            now = yield from _now(base)
+            for sid, raw in found:  # a claimed tick no longer counts as one to come
+                yield from _pass_one(base, route, sid, raw, max(now, claimed[sid] + 1))
+    except Exception as exc:  # leased already: hand them over; a pass queues the next tick
+        log.warning("queue %s: could not queue the next ticks of %s (the next schedule pass "
+                    "will): %s", base.name, ", ".join(sids), exc)
+    return messages
 
 
 def _now(base: Scheduling) -> Op[int]:
@@ -175,13 +208,15 @@ def _now(base: Scheduling) -> Op[int]:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def _pass_one(base: Scheduling, route: Route, schedule_id: str, raw: Any, now: int,
-              horizon_ms: int) -> Op[int]:
+def _pass_one(base: Scheduling, route: Route, schedule_id: str, raw: Any,
+              now: int) -> Op[int]:
     """Queue one schedule's ticks and move its record on (see the module docstring).
     Returns the ticks pushed (0 when another pass had queued them)."""
     read_at = time.monotonic()
     schedule = Schedule.from_json(schedule_id, raw)
-    planned = plan(schedule, now, horizon_ms)
+    planned = plan(schedule, now)
+    if not planned.ticks and planned.after == schedule:
+        return 0  # nothing to queue, nothing to move on
     shares: dict[int, tuple[Scheduling, list[Message]]] = {}
     for tick in planned.ticks:
         message_id = schedule.message_id(tick)

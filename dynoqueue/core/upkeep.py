@@ -22,7 +22,8 @@ ADOPTED_REQUEUE_BATCHES = 4
 
 
 class Upkeep(QueueState):
-    """process_unacks, redrive, purge_dead, clear, stored_policy, set_policy."""
+    """process_unacks, redrive, purge_dead, clear, stored_policy, set_policy,
+    delete_policy."""
 
     def process_unacks(self) -> Op[int]:
         """Put back expired leases of the local shard, then of the orphaned shards the factory
@@ -100,12 +101,12 @@ class Upkeep(QueueState):
 
     def clear(self) -> Op[None]:
         self._check_open()
-        keys = [self.keys.group_head, self.keys.group_line_base, *self.keys.every_key()]
+        # The stored policy is configuration, not data: it stays (see delete_policy).
+        keys = [self.keys.group_head, self.keys.group_line_base,
+                *(k for k in self.keys.every_key() if k != self.keys.policy)]
         yield from self._script("clear", keys[0], "clear", keys, [])
         if self.zones is not None:
             yield from self._guard("clear", keys[0], self.zones.forget(self.name))
-        # The stored policy went too: store this process's again at its next call.
-        self._policy_checked = self.policy is None
 
     def stored_policy(self) -> Op[QueuePolicy | None]:
         self._check_attached()
@@ -113,6 +114,23 @@ class Upkeep(QueueState):
         raw = yield from guarded("stored_policy", self.keys.policy, self.sender.command(
             QUORUM, "GET", self.keys.policy))
         return None if raw is None else QueuePolicy.from_json(raw)
+
+    def delete_policy(self) -> Op[bool]:
+        """Delete the stored policy (delete_policy.lua); this process, if it was given a
+        policy, stores it again at its next call, as at its first."""
+        self._check_attached()
+        key = self.keys.policy
+        # guarded, not _guard: no first-call check (it would store the policy to delete)
+        reply = yield from guarded("delete_policy", key, self.sender.script(
+            QUORUM, "delete_policy", [key, self.keys.message_hash, self.keys.dead], [],
+            idempotent=True))
+        if isinstance(reply, list):
+            raise ConfigurationError(
+                f"queue {self.name!r} holds messages and its stored policy "
+                f"{QueuePolicy.from_json(reply[1])} decides where they wait (strict_priority "
+                f"or partitions); clear or drain the queue before deleting its policy")
+        self._policy_checked = self.policy is None
+        return bool(int(reply))
 
     def set_policy(self, policy: QueuePolicy) -> Op[QueuePolicy | None]:
         if not isinstance(policy, QueuePolicy):

@@ -270,7 +270,9 @@ def _clean_up(options: DemoOptions, prefix: str, tracker: Tracker, parts: _Parts
     zones = parts.zones
     if options.redis_url and zones:  # a shared server: leave nothing behind
         with contextlib.suppress(DynoQueueError):
-            next(iter(zones.values())).queue.clear()
+            queue = next(iter(zones.values())).queue
+            queue.clear()
+            queue.delete_policy()  # clear() keeps a queue's configuration
     for zone in zones.values():
         zone.factory.close()
     if options.redis_url:  # and the run's queue registry and zone heartbeats

@@ -37,6 +37,8 @@ class ClusterTopology(Topology):
         extra_args: configuration added to every node.
         ready_timeout_s: wait for the cluster to be ready, seconds.
         tls, acl_users, executable, startup_timeout_s: as :class:`RedisServer`.
+        port: the first primary's port (default: a free one; the cluster bus takes port +
+            10000 too); every other node takes a free one.
     """
 
     def __init__(
@@ -51,10 +53,14 @@ class ClusterTopology(Topology):
         acl_users: Mapping[str, str] | None = None,
         executable: str | None = None,
         startup_timeout_s: float = 10.0,
+        port: int | None = None,
     ) -> None:
         super().__init__()
         if primaries < 1 or replicas_per_primary < 0:
             raise InvalidArgumentError("a cluster needs primaries >= 1 and replicas >= 0")
+        if port is not None and not 0 < port <= 65535 - 10000:
+            raise InvalidArgumentError(f"a cluster node's port must be in 1..55535 (its bus "
+                                       f"listens on port + 10000), got {port}")
         self.tls = tls
         node_args = [
             "--cluster-enabled", "yes",
@@ -66,13 +72,14 @@ class ClusterTopology(Topology):
             *extra_args,
         ]  # fmt: skip
 
-        def node() -> RedisServer:
+        def node(fixed: int | None = None) -> RedisServer:
             # The cluster bus listens on port + 10000, so the port must leave room for it.
-            return RedisServer(port=_free_cluster_port(), extra_args=node_args, tls=tls,
-                               acl_users=acl_users,
+            return RedisServer(port=fixed or _free_cluster_port(), extra_args=node_args,
+                               tls=tls, acl_users=acl_users,
                                executable=executable, startup_timeout_s=startup_timeout_s)
 
-        self.primaries: list[RedisServer] = [node() for _ in range(primaries)]
+        self.primaries: list[RedisServer] = [node(port if i == 0 else None)
+                                             for i in range(primaries)]
         self.replicas: dict[int, list[RedisServer]] = {
             i: [node() for _ in range(replicas_per_primary)] for i in range(primaries)
         }

@@ -36,6 +36,7 @@ class ZoneRing(Topology):
         startup_timeout_s: per-server wait for PING, in seconds.
         sync_timeout_s: wait for every replica to be in sync with the primary, in seconds.
         tls, acl_users: as :class:`RedisServer`, for every server.
+        port: the primary's port (default: a free one; the replicas always take free ones).
 
     Raises:
         InvalidArgumentError: ``zones`` is empty, has duplicates or empty names, or a timeout
@@ -53,6 +54,7 @@ class ZoneRing(Topology):
         sync_timeout_s: float = 15.0,
         tls: TlsFiles | None = None,
         acl_users: Mapping[str, str] | None = None,
+        port: int | None = None,
     ) -> None:
         super().__init__()
         zone_list = list(zones)
@@ -71,7 +73,7 @@ class ZoneRing(Topology):
             executable=executable, startup_timeout_s=startup_timeout_s, tls=tls,
             acl_users=acl_users,
         )
-        self.primary: RedisServer = RedisServer(extra_args=extra_args, **common)
+        self.primary: RedisServer = RedisServer(extra_args=extra_args, port=port, **common)
         self.replicas: dict[str, RedisServer] = {
             zone: RedisServer(
                 extra_args=[*extra_args, *replica_args], replicaof=self.primary, **common

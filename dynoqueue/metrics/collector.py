@@ -33,17 +33,21 @@ def families(stats: Sequence[QueueStats], cost: ReadCost | None = None) -> list[
     shard_families = [(GaugeMetricFamily(name, text, labels=["queue", "shard"]), attr)
                       for name, attr, text in _SHARD_GAUGES]
     dead = GaugeMetricFamily(n.DEAD, "Dead letters kept, per queue.", labels=["queue"])
+    paused = GaugeMetricFamily(n.PAUSED, "1 while the queue is paused (its pops deliver "
+                               "nothing), else 0.", labels=["queue"])
     waiting_time = GaugeMetricFamily(
         n.WAITING_TIME, "Delayed messages by time until due, in Camellia's waiting-time "
         "buckets (range 0To1min ... 30dayToInfinite).", labels=["queue", "shard", "range"])
     for queue in stats:
         dead.add_metric([queue.queue], queue.dead)
+        paused.add_metric([queue.queue], int(queue.paused))
         for shard in queue.shards:
             for family, attr in shard_families:
                 family.add_metric([queue.queue, shard.shard], getattr(shard, attr))
             for field, count in shard.waiting_buckets.items():
                 waiting_time.add_metric([queue.queue, shard.shard, n.bucket_label(field)], count)
-    out: list[Metric] = [*(family for family, _ in shard_families), dead, waiting_time]
+    out: list[Metric] = [*(family for family, _ in shard_families), dead, paused,
+                         waiting_time]
     if cost is not None:
         out.append(GaugeMetricFamily(n.SCRAPE_ROUND_TRIPS, "Redis round trips of the last "
                                      "scrape's read.", value=cost.round_trips))

@@ -12,9 +12,17 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
+from ..core.preflight import EVICTED
 from ..model.message import Message
 from ..worker.hooks import WorkerHooks
-from .names import COUNTERS, HANDLER_DURATION, HANDLER_OUTCOMES, LATE_EVENT, LATENESS
+from .names import (
+    COUNTERS,
+    EVICTED_KEYS,
+    HANDLER_DURATION,
+    HANDLER_OUTCOMES,
+    LATE_EVENT,
+    LATENESS,
+)
 
 #: Histogram buckets of delivery lateness, seconds (a healthy queue sits in the first ones).
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -63,10 +71,17 @@ class QueueMetrics:
             LATENESS, "Delivery lateness: when a pop of this process leased a message minus "
             "when it fell due (every delivery counts).", ["queue"],
             buckets=LATENESS_BUCKETS, registry=registry)
+        self.evicted = Counter(
+            EVICTED_KEYS, "Keys the Redis server evicted (maxmemory-policy allkeys-*, allowed "
+            "with eviction_check='warn'), seen by this process's unack passes.",
+            ["deployment"], registry=registry)
 
     def __call__(self, queue: str, kind: str, count: int) -> None:
         if kind == LATE_EVENT:  # count: one delivery's lateness in ms (0 counts too)
             self.lateness.labels(queue).observe(count / 1000)
+        elif kind == EVICTED:  # queue: the deployment
+            if count > 0:
+                self.evicted.labels(queue).inc(count)
         elif count > 0:
             counter = self.counters.get(kind)
             if counter is not None:

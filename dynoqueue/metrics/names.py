@@ -16,6 +16,9 @@ COUNTERS: dict[str, str] = {
     "payload_missing": "dynoqueue_messages_payload_missing",
     "limited": "dynoqueue_pops_limited",
 }
+#: Keys the Redis server evicted (where an evicting maxmemory-policy was allowed), read by
+#: each unack pass; label ``deployment``. Exposed as ``dynoqueue_evicted_keys_total``.
+EVICTED_KEYS = "dynoqueue_evicted_keys"
 #: The core's event that feeds LATENESS: once per delivery, count = its lateness in ms.
 LATE_EVENT = "late_ms"
 LATENESS = "dynoqueue_delivery_lateness_seconds"
@@ -28,6 +31,8 @@ READY = "dynoqueue_ready_messages"
 DELAYED = "dynoqueue_delayed_messages"
 LEASED = "dynoqueue_leased_messages"
 DEAD = "dynoqueue_dead_letters"
+#: 1 while a queue is paused (``DynoQueue.pause()``), else 0; label ``queue``.
+PAUSED = "dynoqueue_queue_paused"
 OLDEST_READY_AGE = "dynoqueue_oldest_ready_age_ms"
 #: Delayed messages by how long until they fall due; labels ``queue``, ``shard``, ``range``.
 WAITING_TIME = "dynoqueue_delayed_messages_by_due_in"
@@ -56,3 +61,20 @@ WAITING_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
 def bucket_label(field: str) -> str:
     """The ``range`` label of a bucket: Camellia's field name without ``sizeOf`` ("0To1min")."""
     return field.removeprefix("sizeOf")
+
+
+#: The units a bucket's title counts in: (name, ms, the largest bound it is used for).
+_UNITS = (("min", _MINUTE, _HOUR), ("h", _HOUR, _DAY), ("days", _DAY, None))
+
+
+def bucket_title(field: str) -> str:
+    """What a person reads for a bucket: ``< 1 min``, ``1-10 min``, ..., ``6-24 h``,
+    ``1-7 days``, ``> 30 days`` (from its bounds, in the unit of its larger one)."""
+    low, high = next((low, high) for name, low, high in WAITING_BUCKETS if name == field)
+    unit, size = next((u, ms) for u, ms, most in _UNITS
+                      if most is None or (high if high is not None else low) <= most)
+    if high is None:
+        return f"> {low // size} {unit}"
+    if low == 0:
+        return f"< {high // size} {unit}"
+    return f"{low // size}-{high // size} {unit}"

@@ -1,8 +1,9 @@
 """What a queue holds right now, per shard, read from Redis in a bounded number of round trips.
 
-One read of any number of queues costs: the SCAN pages that list the queues (only when no names
-are given; :func:`dynoqueue.core.listing.queue_names`), one ``TIME``, and one pipeline of
-read-only commands (13 per queue, partition and shard, 2 more per queue and partition), after
+One read of any number of queues costs: the SCAN pages and the registry's ``SMEMBERS`` that list
+the queues (only when no names are given; :func:`dynoqueue.core.listing.queue_names`), one
+``TIME``, and one pipeline of
+read-only commands (13 per queue, partition and shard, 3 more per queue and partition), after
 the ``TIME``, each queue's stored policy (which names its partitions and limits) and its
 schedules in one pipeline. On
 Redis Cluster redis-py sends each pipeline to each primary once. Nothing is written and no
@@ -89,6 +90,10 @@ class QueueStats:
         limited: claims the queue's limits held back while a message was due, since the
             queue's last ``clear()`` (every process's: a counter in Redis).
         schedules: the queue's recurring schedules, by id.
+        paused: the queue is paused (``DynoQueue.pause()``; a partitioned queue: any
+            partition).
+        ticks: how many of the queue's messages (waiting or leased) are ticks of its
+            schedules (counted in the totals like any message).
     """
 
     queue: str
@@ -99,6 +104,8 @@ class QueueStats:
     policy: QueuePolicy | None = None
     limited: int = 0
     schedules: list[Schedule] = field(default_factory=list)
+    paused: bool = False
+    ticks: int = 0
 
     def total(self, name: str) -> int:
         """The sum over shards of ``name`` (waiting, ready, delayed or leased)."""
@@ -146,6 +153,7 @@ def plan(queues: Any, layouts: Sequence[Sequence[QueueKeys]], now_ms: int
         for keys in layout:
             commands.append(("ZCARD", keys.dead))
             commands.append(("GET", keys.limited))
+            commands.append(("EXISTS", keys.paused))
             for shard in queues.shards:
                 qkey = keys.queue_shard(shard)
                 commands += [("ZCARD", qkey), ("ZCOUNT", qkey, "-inf", due_bound),
@@ -168,7 +176,8 @@ def decode(queues: Any, names: Sequence[str], layouts: Sequence[Sequence[QueueKe
         for index in range(len(layout)):
             dead = int(replies[at])
             limited = int(replies[at + 1] or 0)
-            at += 2
+            paused = bool(int(replies[at + 2] or 0))
+            at += 3
             shards: list[ShardStats] = []
             for shard in queues.shards:
                 waiting, ready, oldest, leased = replies[at:at + 4]
@@ -186,7 +195,7 @@ def decode(queues: Any, names: Sequence[str], layouts: Sequence[Sequence[QueueKe
                                                                     strict=True)}))
             parts.append(QueueStats(queue=name, dead=dead, shards=shards,
                                     partition=index if len(layout) > 1 else None,
-                                    limited=limited))
+                                    limited=limited, paused=paused))
         out.append(parts[0] if len(parts) == 1 else _summed(name, parts))
     return out
 
@@ -205,7 +214,8 @@ def _summed(name: str, parts: list[QueueStats]) -> QueueStats:
             oldest_ready_age_ms=max(s.oldest_ready_age_ms for s in column),
             waiting_buckets=buckets))
     return QueueStats(queue=name, dead=sum(p.dead for p in parts), shards=shards,
-                      partitions=parts, limited=sum(p.limited for p in parts))
+                      partitions=parts, limited=sum(p.limited for p in parts),
+                      paused=any(p.paused for p in parts))
 
 
 def _counted(listing: CallOp[list[str]], cost: ReadCost) -> CallOp[list[str]]:
@@ -242,6 +252,7 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
                    for keys, raw in zip(bases, policies, strict=True)]
         commands = plan(queues, layouts, now_ms)
         replies = yield Pipeline(READ, list(commands))
+        ticks = yield from _count_ticks(layouts, schedules, cost)
     except ACCESS_DENIED as exc:
         raise AccessDeniedError("stats", "TIME", str(exc)) from exc
     except (DeadlinePassed, RedisTimeoutError) as exc:
@@ -251,10 +262,36 @@ def _measure(queues: Any, names: list[str], cost: ReadCost) -> Op[list[QueueStat
     cost.round_trips += 2
     cost.commands += 1 + 2 * len(names) + len(commands)
     # Unreadable records are left out: the queue's own calls say what is wrong.
-    return [dataclasses.replace(stats, policy=readable_policy(raw),
-                                schedules=Schedule.all_from(found, skip_unreadable=True))
-            for stats, raw, found in zip(decode(queues, names, layouts, now_ms, replies),
-                                         policies, schedules, strict=True)]
+    return [dataclasses.replace(
+                stats, policy=readable_policy(raw), ticks=count,
+                schedules=[s.as_of(now_ms) for s in Schedule.all_from(found,
+                                                                      skip_unreadable=True)])
+            for stats, raw, found, count in zip(
+                decode(queues, names, layouts, now_ms, replies), policies, schedules, ticks,
+                strict=True)]
+
+
+def _count_ticks(layouts: Sequence[Sequence[QueueKeys]], schedules: Sequence[Any],
+                 cost: ReadCost) -> Op[list[int]]:
+    """Per queue, how many of its messages are schedule ticks: the ids in each partition's
+    tick log (``P.TICKS.Q``) that still have a payload. Two more round trips, only when a
+    queue has schedules."""
+    counts = [0] * len(layouts)
+    logs = [(i, keys) for i, (layout, found) in enumerate(zip(layouts, schedules, strict=True))
+            if found for keys in layout]
+    if not logs:
+        return counts
+    members = yield Pipeline(READ, [("ZRANGE", keys.ticks, 0, -1) for _, keys in logs])
+    asks = [(i, keys, ids) for (i, keys), ids in zip(logs, members, strict=True) if ids]
+    cost.round_trips += 1
+    cost.commands += len(logs)
+    if asks:
+        found = yield Pipeline(READ, [("HMGET", keys.message_hash, *ids) for _, keys, ids in asks])
+        cost.round_trips += 1
+        cost.commands += len(asks)
+        for (i, _, _), payloads in zip(asks, found, strict=True):
+            counts[i] += sum(p is not None for p in payloads)
+    return counts
 
 
 async def list_queues_async(queues: Any) -> list[str]:
@@ -273,7 +310,7 @@ def read_stats(queues: Any, names: Sequence[str] | None = None,
 
     Args:
         queues: the factory (its key prefix, shards, read client and driver are used).
-        names: the queues to read; None: every queue found in Redis (a SCAN).
+        names: the queues to read; None: every queue found in Redis (a SCAN) or registered.
         cost: filled with the round trips and commands this read cost, if given.
 
     Returns:

@@ -12,7 +12,8 @@ and the ordering keys: ``P.READY.Q.S`` (strict priority) and ``P.GROUPOF.Q``, ``
 ``P.GLINE.Q.G`` per ordered message group
 ``G`` with messages waiting behind its current one (:meth:`QueueKeys.group_line`: ``G`` is the
 group name with every byte but ``0-9 A-Z a-z _ : -`` written ``%XX``, so it has no dot or
-brace). The schedules: ``P.SCHED.Q`` (records) and ``P.TICKS.Q`` (ticks queued). Per prefix,
+brace). The schedules: ``P.SCHED.Q`` (records) and ``P.TICKS.Q`` (ticks queued). The pause
+flag: ``P.PAUSED.Q`` (configuration, as the policy: ``clear()`` keeps it). Per prefix,
 not per queue: ``P.YOUZAN.INDEX`` (:func:`youzan_index`, ``dynoqueue serve``'s Youzan
 protocol) and ``P.SCHEDULED.QUEUES`` (:func:`scheduled_queues`).
 
@@ -61,7 +62,7 @@ SEPARATOR = "."
 KEY_WORDS = frozenset({
     "MESSAGE", "QUEUE", "UNACK", "LIFE", "POLICY", "DEAD", "DEADINFO", "ENDED", "ENDEDAT",
     "EXPIRY", "SWEEP", "BORN", "READY", "GROUPOF", "GHEAD", "GSEQ", "GSWEEP", "GLINE", "GWAIT",
-    "SPARK", "YOUZAN", "RATE", "LIMITED", "SCHED", "TICKS", "SCHEDULED"})
+    "SPARK", "YOUZAN", "RATE", "LIMITED", "SCHED", "TICKS", "SCHEDULED", "PAUSED"})
 #: Bytes a group name keeps in its line's key name (:meth:`QueueKeys.group_line`); any other
 #: byte is written ``%XX`` (upper-case hex), as ``group_line()`` in
 #: scripts/lib/group_records.lua does.
@@ -352,12 +353,20 @@ class QueueKeys:
         them twice; trimmed as the schedules move on."""
         return self._extra("TICKS")
 
+    @property
+    def paused(self) -> str:
+        """``P.PAUSED.Q``: string, present while the queue is paused (``DynoQueue.pause()``):
+        the claim scripts then lease nothing. Configuration, like the policy: ``clear()``
+        keeps it; on a partitioned queue every partition has its own."""
+        return self._extra("PAUSED")
+
     def lifecycle_keys(self) -> list[str]:
         """What every lifecycle script takes, in this order: message hash, life, policy, dead,
         dead info, ended, ended at, expiry, sweep cursor, group of, group head, group sequence,
         group sweep cursor, born, group line base (a name, not a key), group waiting counts,
-        then every queue shard, every unack shard, every ready shard, and last the rate log
-        and the limited counter (the prelude's ``lifecycle_keys()`` names them). The group
+        then every queue shard, every unack shard, every ready shard, and last the rate log,
+        the limited counter and the pause flag (the prelude's ``lifecycle_keys()`` names
+        them). The group
         lines are not among them: scripts name them from the base (same hash tag, so same
         Cluster slot)."""
         return [self.message_hash, self.life, self.policy, self.dead, self.dead_info,
@@ -365,17 +374,19 @@ class QueueKeys:
                 self.group_of, self.group_head, self.group_seq, self.group_sweep_cursor,
                 self.born, self.group_line_base, self.group_waiting,
                 *self.all_queue_shards, *self.all_unack_shards,
-                *(self.ready_shard(s) for s in self.shards), self.rate, self.limited]
+                *(self.ready_shard(s) for s in self.shards), self.rate, self.limited,
+                self.paused]
 
     def every_key(self) -> list[str]:
         """Every fixed key a queue may have: the v1 keys, then the lifecycle and ordering keys.
-        Not the group lines
+        Not the pause flag (:attr:`paused`: configuration, which ``clear()`` keeps), nor the
+        group lines
         (:meth:`group_line`), which depend on the groups: ``clear()`` deletes the line of
         every group in ``P.GHEAD.Q`` too (a group with a line always has a current
         message)."""
         v1 = self.all_keys()
         return [*v1, *(k for k in self.lifecycle_keys()
-                       if k not in v1 and k != self.group_line_base)]
+                       if k not in v1 and k not in (self.group_line_base, self.paused))]
 
 
 def youzan_index(prefix: str) -> str:

@@ -6,17 +6,20 @@ time zone, DST handled by ``cronsim`` (a local time that a spring change skips f
 first minute after it; one that an autumn change repeats fires once, the first time). Each tick
 is one message, id ``f"{S}@{t}"``, due at ``t``.
 
-The stored record (``P.SCHED.Q``, field ``S``) holds the definition and the next tick not yet
-queued. A pass (:func:`plan`) queues every tick up to a horizon ahead (at least the next one,
-so a tick is delivered at its due time with the queue's usual lateness, not the pass's), and
-the record moves on. Ticks that fell due while no pass ran are "missed" and follow
-``catch_up``: ``"skip"`` (none), ``"once"`` (the last one, due now), ``"all"`` (each, the
-latest :data:`MAX_CATCH_UP`). This module is I/O-free; :mod:`dynoqueue.core.schedules` runs
-the passes.
+The stored record (``P.SCHED.Q``, field ``S``) holds the definition, the next tick not yet
+queued and the last tick queued. At most the next :data:`AHEAD` ticks that have not fallen due
+are queued: :func:`plan` tops them up, run by a pass and by the claim of a tick (which thereby
+queues the schedule's next tick, so a tick is on time whatever the pass interval); ticks that
+fell due stay queued until consumed, as any due message. Ticks that fell due without being
+queued (no claim chained them, no pass ran) are "missed" and follow ``catch_up``: ``"skip"``
+(none), ``"once"`` (the last one, due now), ``"all"`` (each, the latest
+:data:`MAX_CATCH_UP`). This module is I/O-free; :mod:`dynoqueue.core.schedules` runs the
+passes and the chaining.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,8 +35,8 @@ from .message import as_text
 
 #: catch_up="all" queues at most this many missed ticks (the latest).
 MAX_CATCH_UP = 1000
-#: One pass queues at most this many ticks of one schedule ahead of time.
-MAX_AHEAD = 1000
+#: A schedule keeps at most this many ticks queued that have not fallen due.
+AHEAD = 2
 CATCH_UP = ("skip", "once", "all")
 #: cron's nicknames, as 5 fields.
 _NICKNAMES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
@@ -56,8 +59,11 @@ class Schedule:
             ``"all"``.
         start_at_ms: the first tick of an interval schedule (epoch ms; None: its creation);
             no tick of a cron schedule comes before it.
-        next_due_ms: the next tick not yet queued, epoch ms.
-        last_sent_ms: the last tick queued, epoch ms (None: none yet).
+        next_due_ms: the next tick, the first after now, epoch ms (in a stored record, read
+            with :meth:`from_json`: the next tick not queued yet).
+        last_sent_ms: the latest tick that fell due (never in the future), epoch ms, or None
+            when none has (in a stored record: the latest tick queued).
+        first_ms: the schedule's first tick, epoch ms (None in records of older versions).
     """
 
     id: str
@@ -70,6 +76,7 @@ class Schedule:
     start_at_ms: int | None
     next_due_ms: int
     last_sent_ms: int | None = None
+    first_ms: int | None = None
 
     def to_json(self) -> str:
         """The stored record (short names)."""
@@ -77,7 +84,20 @@ class Schedule:
             "cron": self.cron, "every": self.every_ms, "tz": self.timezone,
             "payload": self.payload, "prio": self.priority, "catch": self.catch_up,
             "start": self.start_at_ms, "next": self.next_due_ms, "last": self.last_sent_ms,
+            "first": self.first_ms,
         }).decode()
+
+    def as_of(self, now_ms: int) -> Schedule:
+        """This stored record as a reader sees it at ``now_ms``: ``next_due_ms`` the first
+        tick after now, ``last_sent_ms`` the latest queued tick that fell due by now."""
+        last = self.last_sent_ms
+        if last is not None and last > now_ms:  # queued ahead: the latest tick due by now
+            before = tick_at_or_before(self, now_ms)
+            first = self.first_ms if self.first_ms is not None else self.start_at_ms
+            last = before if before is not None and (first is None or before >= first) \
+                else None
+        return dataclasses.replace(self, next_due_ms=next(ticks_from(self, now_ms + 1)),
+                                   last_sent_ms=last)
 
     @classmethod
     def from_json(cls, schedule_id: str, raw: bytes | str) -> Schedule:
@@ -90,7 +110,7 @@ class Schedule:
             doc: dict[str, Any] = orjson.loads(raw)
             return cls(schedule_id, doc["cron"], doc["every"], doc["tz"], doc["payload"],
                        int(doc["prio"]), doc["catch"], doc["start"], int(doc["next"]),
-                       doc.get("last"))
+                       doc.get("last"), doc.get("first"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
                 f"schedule {schedule_id!r}: the stored record is unreadable: {raw!r:.80}") from exc
@@ -177,7 +197,7 @@ def new_schedule(schedule_id: str, *, payload: str | None, cron: str | None,
                      start if every_ms is not None else start_at_ms, start)
     first = next(ticks_from(draft, start))
     return Schedule(schedule_id, cron, every_ms, timezone, payload, priority, catch_up,
-                    draft.start_at_ms, first)
+                    draft.start_at_ms, first, None, first)
 
 
 def ticks_from(schedule: Schedule, from_ms: int) -> Iterator[int]:
@@ -204,6 +224,29 @@ def ticks_from(schedule: Schedule, from_ms: int) -> Iterator[int]:
             yield tick
 
 
+def tick_at_or_before(schedule: Schedule, ms: int) -> int | None:
+    """The schedule's latest tick at or before ``ms`` (epoch ms), or None (none before it)."""
+    if schedule.every_ms is not None:
+        anchor = schedule.start_at_ms if schedule.start_at_ms is not None else ms
+        if ms < anchor:
+            return None
+        return anchor + (ms - anchor) // schedule.every_ms * schedule.every_ms
+    from cronsim import CronSim
+
+    assert schedule.cron is not None
+    zone = ZoneInfo(schedule.timezone)
+    # cronsim yields the matches before its start, to the minute: start a minute late.
+    start = datetime.fromtimestamp((ms + 60_000) / 1000, zone).replace(second=0,
+                                                                        microsecond=0)
+    for when in CronSim(schedule.cron, start, reverse=True):
+        tick = int(when.timestamp() * 1000)
+        if schedule.start_at_ms is not None and tick < schedule.start_at_ms:
+            return None
+        if tick <= ms:
+            return tick
+    return None
+
+
 @dataclass(frozen=True)
 class Pass:
     """What one pass queues of one schedule: the ticks (epoch ms, in order; a caught-up tick
@@ -213,12 +256,13 @@ class Pass:
     after: Schedule
 
 
-def plan(schedule: Schedule, now_ms: int, horizon_ms: int) -> Pass:
-    """The ticks a pass at ``now_ms`` queues: the missed ones as ``catch_up`` says, then every
-    tick up to ``now_ms + horizon_ms`` (at least one, at most :data:`MAX_AHEAD`)."""
+def plan(schedule: Schedule, now_ms: int) -> Pass:
+    """The ticks to queue at ``now_ms`` (a pass, or the claim of a tick) for the stored record
+    ``schedule``: the missed ones as ``catch_up`` says, then the next ones until :data:`AHEAD`
+    ticks not due before ``now_ms`` are queued (a tick due at ``now_ms`` counts)."""
     ticks: list[int] = []
     nxt = schedule.next_due_ms
-    if nxt < now_ms:  # fell due while no pass ran
+    if nxt < now_ms:  # fell due without being queued
         missed: list[int] = []
         if schedule.every_ms is not None:  # on the grid: no walk over a long gap
             future = next(ticks_from(schedule, now_ms))
@@ -238,19 +282,20 @@ def plan(schedule: Schedule, now_ms: int, horizon_ms: int) -> Pass:
             ticks += missed
         elif schedule.catch_up == "once" and missed:
             ticks.append(missed[-1])
-    # A tick queued before and still to come counts as the one always waiting.
-    waiting = schedule.last_sent_ms is not None and schedule.last_sent_ms >= now_ms
+    # Queued already and not due before now: the ticks from now up to the next one not queued.
+    ahead = 0
+    for tick in ticks_from(schedule, now_ms):
+        if tick >= nxt or ahead >= AHEAD:
+            break
+        ahead += 1
     for tick in ticks_from(schedule, nxt):
-        if (tick > now_ms + horizon_ms and (waiting or (ticks and ticks[-1] >= now_ms))) \
-                or len(ticks) >= MAX_AHEAD + MAX_CATCH_UP:
+        if ahead >= AHEAD:
             nxt = tick
             break
         ticks.append(tick)
+        ahead += tick >= now_ms
     last = ticks[-1] if ticks else schedule.last_sent_ms
-    after = Schedule(schedule.id, schedule.cron, schedule.every_ms, schedule.timezone,
-                     schedule.payload, schedule.priority, schedule.catch_up,
-                     schedule.start_at_ms, nxt, last)
-    return Pass(ticks, after)
+    return Pass(ticks, dataclasses.replace(schedule, next_due_ms=nxt, last_sent_ms=last))
 
 
 def schedule_fields(schedule: Schedule) -> dict[str, Any]:

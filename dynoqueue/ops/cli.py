@@ -1,5 +1,6 @@
 """The argparse side of the ops subcommands: ``dynoqueue stats|schedules|peek|get|dead|redrive|
-remove|purge|top|policy|discover`` (added to the ``dynoqueue`` command by :func:`add_parsers`).
+remove|purge|top|policy|discover|pause|resume|serve|dev`` (added to the ``dynoqueue`` command by
+:func:`add_parsers`). Each takes ``--url``, default ``$DYNOQUEUE_URL``.
 
 Exit codes: 0 done; 1 the queue or message does not exist, nothing to redrive, or a
 destructive command was not confirmed; 2 bad usage, Redis unreachable or the credentials
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cli_args import int_at_least, positive_float
-from . import commands, serve
+from . import commands, dev, pausing, serve
 from .session import add_connection_options, run_guarded
 
 
@@ -33,7 +34,9 @@ def add_parsers(subparsers: Any) -> None:
     _add_changing(subparsers)
     _add_top(subparsers)
     _add_configuring(subparsers)
+    pausing.add_parsers(subparsers, _command)
     serve.add_parser(subparsers)
+    dev.add_parser(subparsers)
 
 
 def _add_reading(subparsers: Any) -> None:
@@ -63,9 +66,11 @@ def _add_reading(subparsers: Any) -> None:
     scheduled = _command(subparsers, "schedules", commands.schedules,
                          "each schedule: cron or interval, next tick, last tick sent",
                          "List the recurring schedules of the queues named (without names, of "
-                         "every queue that has one): the definition, the next tick not queued "
-                         "yet and the last tick queued.")
+                         "every queue that has one): the definition, the next tick and the "
+                         "last tick that fell due, in UTC or --tz.")
     scheduled.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to show")
+    scheduled.add_argument("--tz", type=commands.time_zone, default="UTC", metavar="ZONE",
+                           help="show times in this IANA time zone (default UTC)")
 
     dead = _command(subparsers, "dead", commands.dead, "a queue's dead letters with reasons",
                     "List dead letters, oldest first: reason, deliveries, when, last error.")
@@ -92,8 +97,9 @@ def _add_changing(subparsers: Any) -> None:
     remove.add_argument("--yes", action="store_true", help="do not ask")
 
     purge = _command(subparsers, "purge", commands.purge, "delete every message of a queue",
-                     "Delete the queue: every message, waiting, leased and dead, and its "
-                     "lifecycle data. --dead: only its dead letters.")
+                     "Delete every message of the queue, waiting, leased and dead, and its "
+                     "lifecycle data; its stored policy stays (policy --delete removes it). "
+                     "--dead: only its dead letters.")
     purge.add_argument("queue", metavar="QUEUE")
     purge.add_argument("--dead", action="store_true", help="only the dead letters")
     purge.add_argument("--yes", action="store_true", help="do not ask")
@@ -115,8 +121,9 @@ def _add_configuring(subparsers: Any) -> None:
     """policy, discover: a queue's stored policy, the queue registry."""
     policy = _command(subparsers, "policy", commands.policy,
                       "show or change a queue's stored policy",
-                      "Show the queue's stored QueuePolicy, or change the fields given "
-                      "(atomically; the others keep their stored values). Running processes "
+                      "Show the queue's stored QueuePolicy, change the fields given "
+                      "(atomically; the others keep their stored values), or delete it "
+                      "(--delete; purge and clear() keep it). Running processes "
                       "apply it at their next call; see docs/semantics.md, 'Changing a stored "
                       "policy', for what happens to messages already waiting, leased or dead.")
     policy.add_argument("queue", metavar="QUEUE")
@@ -133,6 +140,12 @@ def _add_configuring(subparsers: Any) -> None:
     policy.add_argument("--rate-limit", type=commands.rate_limit, metavar="COUNT/MS",
                         help="most deliveries started in any window of MS milliseconds, e.g. "
                              "50/1000; 'none' removes it")
+    policy.add_argument("--create", action="store_true",
+                        help="store a policy for a queue Redis knows nothing of yet (without "
+                             "it, an unknown queue name is refused: a typo)")
+    policy.add_argument("--delete", action="store_true",
+                        help="delete the stored policy (its messages stay; asks unless --yes)")
+    policy.add_argument("--yes", action="store_true", help="do not ask")
 
     _command(subparsers, "discover", commands.discover,
              "register every queue found under the prefix (a SCAN) for unack processing",

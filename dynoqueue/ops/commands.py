@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..connect.urls import redact_url
 from ..errors import ConfigurationError
+from ..metrics.placement import Placement, placements
 from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
 from ..model.message import as_text
@@ -29,19 +32,26 @@ from .session import (
 #: The keys of one ``stats --json`` object, in order (``partition`` only with --partitions).
 STATS_FIELDS = ("queue", "shard", "waiting", "ready", "delayed", "leased", "dead",
                 "oldest_ready_age_ms")
+#: ``stats --partitions``' keys: each row also says where its partition lives.
+PARTITION_FIELDS = ("queue", "partition", "node", "slot", *STATS_FIELDS[1:])
 
 
-def stats_rows(stats: Sequence[QueueStats], partitions: bool = False) -> list[dict[str, Any]]:
+def stats_rows(stats: Sequence[QueueStats], partitions: bool = False,
+               homes: Mapping[str, Sequence[Placement]] | None = None) -> list[dict[str, Any]]:
     """One object per queue and shard (``dead`` is the queue's: dead letters are kept per
     queue, so it repeats on each of its shards' rows); with ``partitions``, one per queue,
-    partition and shard, with the partition's own dead letters (0 for a queue of one)."""
+    partition and shard, with the partition's own dead letters (0 for a queue of one) and,
+    from ``homes`` (queue -> each partition's :class:`Placement`), its node and slot."""
     rows = []
     for q in stats:
         for part in (q.partitions or [q]) if partitions else [q]:
+            index = part.partition or 0
+            home = (homes or {}).get(q.queue)
+            where = home[index] if home and index < len(home) else Placement(None, None)
             for s in part.shards:
                 row: dict[str, Any] = {"queue": q.queue}
                 if partitions:
-                    row["partition"] = part.partition or 0
+                    row.update(partition=index, node=where.node, slot=where.slot)
                 row.update(shard=s.shard, waiting=s.waiting, ready=s.ready, delayed=s.delayed,
                            leased=s.leased, dead=part.dead,
                            oldest_ready_age_ms=s.oldest_ready_age_ms)
@@ -58,10 +68,14 @@ def stats(args: argparse.Namespace) -> int:
         for name in names or []:
             existing_queue(queues, name, where)
         found = read_stats(queues, names)
-    rows = stats_rows(found, args.partitions)
-    fields = ("queue", "partition", *STATS_FIELDS[1:]) if args.partitions else STATS_FIELDS
+        homes = {q.queue: placements(queues, q.queue, q.policy) for q in found
+                 } if args.partitions else None
+    rows = stats_rows(found, args.partitions, homes)
+    fields = PARTITION_FIELDS if args.partitions else STATS_FIELDS
     if args.json:
         render.emit_json(rows)
+    elif not found:
+        print(f"no queues under prefix {args.prefix!r} at {where}")
     else:
         render.show(render.table(f"dynoqueue queues at {where} (prefix {args.prefix})",
                                  fields, [[r[f] for f in fields] for r in rows]))
@@ -93,7 +107,8 @@ def schedules(args: argparse.Namespace) -> int:
         render.show(render.table(
             f"dynoqueue schedules at {where} (prefix {args.prefix})", shown,
             [[r["queue"], r["schedule"], r["cron"] or f"every {r['every_ms']} ms",
-              r["timezone"], _when(r["next_due_ms"]), _when(r["last_sent_ms"]),
+              r["timezone"], _when_in(r["next_due_ms"], args.tz),
+              _when_in(r["last_sent_ms"], args.tz),
               r["catch_up"]] for r in rows]))
     return EXIT_OK
 
@@ -207,11 +222,14 @@ def purge(args: argparse.Namespace) -> int:
         confirm(args, f"delete queue {args.queue!r} ({before.total('waiting')} waiting, "
                       f"{before.total('leased')} leased, {before.dead} dead)")
         q.clear()
-        gone = not queue_exists(queues, args.queue)
+        kept = q.stored_policy() is not None
     _done(args, {"queue": args.queue, "waiting": before.total("waiting"),
-                 "leased": before.total("leased"), "dead": before.dead, "purged": gone},
+                 "leased": before.total("leased"), "dead": before.dead, "purged": True,
+                 "policy_kept": kept},
           f"{args.queue}: purged ({before.total('waiting')} waiting, "
-          f"{before.total('leased')} leased, {before.dead} dead letters deleted)")
+          f"{before.total('leased')} leased, {before.dead} dead letters deleted)"
+          + ("; its stored policy stays (dynoqueue policy QUEUE --delete removes it)"
+             if kept else ""))
     return EXIT_OK
 
 
@@ -241,6 +259,9 @@ def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
                 previous = {s.queue: (now, s) for s in found}
                 if args.json:
                     render.emit_json(rows)
+                elif not rows:
+                    _show_live(live, f"dynoqueue top: no queues under prefix {args.prefix!r} "
+                                     f"at {where}")
                 else:
                     view = render.table(
                         f"dynoqueue top: {where} (prefix {args.prefix}), every "
@@ -250,10 +271,7 @@ def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
                         [[r["queue"], r["waiting"], r["ready"], r["leased"], r["dead"],
                           r["oldest_ready_age_ms"], _rate(r["waiting_per_s"]),
                           _rate(r["leased_per_s"]), _rate(r["dead_per_s"])] for r in rows])
-                    if live is not None:
-                        live.update(view, refresh=True)
-                    else:
-                        render.show(view)
+                    _show_live(live, view)
                 count += 1
                 if args.iterations and count >= args.iterations:
                     return EXIT_OK
@@ -261,6 +279,14 @@ def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
         finally:
             if live is not None:
                 live.stop()
+
+
+def _show_live(live: Any, view: Any) -> None:
+    """One refresh of ``top``: in place on a terminal, else printed."""
+    if live is not None:
+        live.update(view, refresh=True)
+    else:
+        render.show(view)
 
 
 def _live(args: argparse.Namespace) -> Any:
@@ -303,6 +329,22 @@ def _when(ms: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
+def _when_in(ms: int | None, zone: str) -> str:
+    """Epoch ms as a time in IANA zone ``zone``, with the zone's abbreviation."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def time_zone(text: str) -> str:
+    """argparse type of ``--tz``: an IANA time zone name."""
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise argparse.ArgumentTypeError(f"{text!r} is no IANA time zone") from None
+    return text
+
+
 #: QueuePolicy fields the ``policy`` command changes (option name = field name).
 POLICY_FIELDS = ("max_deliveries", "message_ttl_ms", "retention_ms", "dead_letter_retention_ms",
                  "max_in_flight", "rate_limit")
@@ -324,14 +366,25 @@ def rate_limit(text: str) -> RateLimit | str:
 
 
 def policy(args: argparse.Namespace) -> int:
-    """``policy QUEUE [--max-deliveries N ...]``: show the stored policy, or change the given
-    fields of it atomically (the others keep their stored values)."""
+    """``policy QUEUE [--max-deliveries N ...] [--create] | --delete [--yes]``: show the stored
+    policy, change the given fields of it atomically (the others keep their stored values),
+    or delete it. A queue Redis knows nothing of (no message, policy or registry entry) is
+    refused unless ``--create``: a typo must not configure a new queue."""
     changes = {f: getattr(args, f) for f in POLICY_FIELDS if getattr(args, f) is not None}
     if changes.get("rate_limit") == NO_RATE_LIMIT:
         changes["rate_limit"] = None
+    if args.delete and (changes or args.create):
+        raise OpsError("--delete takes no policy fields and no --create")
+    where = redact_url(args.url)
     with opened(args) as queues:
         q = queues.get(args.queue)
+        if not args.create and not queue_exists(queues, args.queue):
+            raise OpsError(f"no queue {args.queue!r} under prefix {queues.key_prefix!r} at "
+                           f"{where} (no messages, no stored policy, not registered); pass "
+                           "--create to configure a new queue")
         before = q.stored_policy()
+        if args.delete:
+            return _delete_policy(args, q, before)
         after = before
         if changes:
             try:
@@ -340,15 +393,26 @@ def policy(args: argparse.Namespace) -> int:
                 raise OpsError(str(exc)) from None
             q.set_policy(wanted)
             after = q.stored_policy()
-
-    def fields(p: QueuePolicy | None) -> dict[str, Any] | None:
-        return None if p is None else dataclasses.asdict(p)
-
-    doc = {"queue": args.queue, "before": fields(before), "policy": fields(after)}
-    shown = "none stored (no limits: dyno-queues' behaviour)" if after is None else ", ".join(
-        f"{k}={v}" for k, v in dataclasses.asdict(after).items())
-    _done(args, doc, f"{args.queue}: {'changed to ' if changes else ''}{shown}")
+    doc = {"queue": args.queue, "before": _policy_doc(before), "policy": _policy_doc(after)}
+    _done(args, doc, f"{args.queue}: {'changed to ' if changes else ''}"
+                     f"{render.policy_text(after)}")
     return EXIT_OK
+
+
+def _delete_policy(args: argparse.Namespace, q: Any, before: QueuePolicy | None) -> int:
+    """``policy QUEUE --delete``: delete the stored policy (asks unless --yes)."""
+    if before is None:
+        raise OpsError(f"queue {args.queue!r} has no stored policy", EXIT_NOT_FOUND)
+    confirm(args, f"delete the stored policy of queue {args.queue!r} "
+                  f"({render.policy_text(before)})")
+    deleted = q.delete_policy()
+    _done(args, {"queue": args.queue, "before": _policy_doc(before), "deleted": deleted},
+          f"{args.queue}: stored policy deleted (was {render.policy_text(before)})")
+    return EXIT_OK
+
+
+def _policy_doc(p: QueuePolicy | None) -> dict[str, Any] | None:
+    return None if p is None else dataclasses.asdict(p)
 
 
 def _done(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:

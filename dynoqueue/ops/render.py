@@ -3,11 +3,14 @@ JSON (``--json``), on stdout."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from ..model.states import QueuePolicy
 
 
 def emit_json(value: Any) -> None:
@@ -65,3 +68,26 @@ def show(renderable: Any) -> None:
 def pairs(title: str, fields: Mapping[str, Any]) -> Any:
     """A two-column table of ``fields`` (name, value)."""
     return table(title, ["field", "value"], [(k, v) for k, v in fields.items()])
+
+
+#: What a queue with no stored policy (or one with every default) gets.
+NO_POLICY = "none stored (no limits: dyno-queues' behaviour)"
+
+
+def policy_text(policy: QueuePolicy | None) -> str:
+    """A policy as one line of the fields that differ from the defaults, e.g.
+    ``max_in_flight=2 rate_limit=10/1000ms``."""
+    if policy is None:
+        return NO_POLICY
+    default = QueuePolicy()
+    shown = []
+    for name in (f.name for f in dataclasses.fields(QueuePolicy)):
+        value = getattr(policy, name)
+        if value == getattr(default, name):
+            continue
+        if name == "rate_limit":
+            value = f"{value.count}/{value.per_ms}ms"
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        shown.append(f"{name}={value}")
+    return " ".join(shown) or "the defaults (no limits: dyno-queues' behaviour)"

@@ -5,6 +5,9 @@ Binds 127.0.0.1 by default. ``--token`` (or ``$DYNOQUEUE_SERVE_TOKEN``) makes ev
 a bind to an address other than loopback is refused without one. What one client may hold is
 capped: ``--max-body-bytes`` (413 beyond), ``--max-long-polls-per-client`` (429 with
 Retry-After beyond), ``--max-long-poll-ms`` (400 for a longer hold).
+
+SIGTERM or Ctrl-C stops it: held long polls are answered at once, empty (HTTP 200, no
+message), the requests under way finish, and it prints ``dynoqueue serve: stopped``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..cli_args import int_at_least
 from ..errors import ConfigurationError
@@ -101,11 +107,41 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"dynoqueue serve: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    config = uvicorn.Config(create_app(settings), host=args.host, port=args.port,
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=args.host, port=args.port,
                             log_level="warning" if not args.verbose else "info",
                             lifespan="on", timeout_graceful_shutdown=5, backlog=4096)
-    server = uvicorn.Server(config)
+    server = _server(uvicorn.Server, config, app.state.dynoqueue.stopping)
     print(f"dynoqueue serve: http://{args.host}:{args.port}/ "
           f"({'token required' if token else 'no token'})", file=sys.stderr, flush=True)
-    server.run()
-    return EXIT_OK if server.started else EXIT_ERROR
+    # uvicorn raises the signal it handled again once stopped: this handler takes a SIGTERM
+    # (and the except a Ctrl-C), so the process ends here, with its last line, instead of
+    # being killed by the default handler.
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        return EXIT_ERROR
+    print("dynoqueue serve: stopped", file=sys.stderr, flush=True)
+    return EXIT_OK
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """SIGTERM once the server has stopped: nothing left to do."""
+
+
+def _server(base: Any, config: Any, stopping: Callable[[], None]) -> Any:
+    """A ``uvicorn.Server`` (``base``) that also calls ``stopping()`` when told to exit, so
+    held long polls are answered at once (empty) rather than cut at the end of the graceful
+    shutdown."""
+
+    class Server(base):  # type: ignore[misc]
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            stopping()
+
+    return Server(config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -13,8 +14,11 @@ from typing import Any
 from .. import RedisQueues, RetryBudget
 from ..connect.urls import redact_url
 from ..errors import AccessDeniedError, DynoQueueError, RedisOperationError
+from ..model.keys import PrefixKeys
 
 DEFAULT_URL = "redis://localhost:6379"
+#: The deployment every ops command uses when ``--url`` is absent (``dynoqueue dev`` prints it).
+URL_ENV = "DYNOQUEUE_URL"
 DEFAULT_PREFIX = "dynoqueue"
 EXIT_OK = 0
 #: The queue or message asked for does not exist (or a destructive command was refused).
@@ -36,10 +40,10 @@ class OpsError(Exception):
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """``--url --zones --local-zone --prefix --json`` (every ops subcommand takes them)."""
     group = parser.add_argument_group("connection")
-    group.add_argument("--url", default=DEFAULT_URL,
-                       help=f"the deployment (default {DEFAULT_URL}): redis://, rediss://, "
-                            "redis+sentinel://h:p,.../service, redis+cluster://h:p,h:p; "
-                            "user:password@ for ACL users")
+    group.add_argument("--url", default=default_url(),
+                       help=f"the deployment (default ${URL_ENV}, else {DEFAULT_URL}): "
+                            "redis://, rediss://, redis+sentinel://h:p,.../service, "
+                            "redis+cluster://h:p,h:p; user:password@ for ACL users")
     group.add_argument("--zones", action="append", metavar="ZONE,ZONE,...",
                        help="every zone (shard), comma-separated (default: one shard)")
     group.add_argument("--local-zone", metavar="ZONE",
@@ -48,6 +52,11 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
                        help=f"the queues' key prefix (default {DEFAULT_PREFIX})")
     parser.add_argument("--json", action="store_true",
                         help="print machine-readable JSON instead of a table")
+
+
+def default_url() -> str:
+    """``$DYNOQUEUE_URL`` when set (and not empty), else :data:`DEFAULT_URL`."""
+    return os.environ.get(URL_ENV) or DEFAULT_URL
 
 
 def zones_of(values: Sequence[str] | None) -> list[str] | None:
@@ -101,11 +110,14 @@ def _cause(exc: BaseException) -> str:
 def queue_exists(queues: RedisQueues, name: str) -> bool:
     """True if Redis holds anything of queue ``name``: messages, dead letters, retained ended
     messages or a stored policy (one EXISTS: every key of a queue shares its hash tag; a
-    partitioned queue always has its policy stored there)."""
+    partitioned queue always has its policy stored there), or the queue registry
+    ``P.QUEUES`` names it (a queue some process pushed to, drained since)."""
     keys = queues.keys_of(name)
     probe = [keys.message_hash, keys.dead, keys.ended, keys.policy, *keys.all_queue_shards,
              *keys.all_unack_shards]
-    return bool(queues.quorum_conn.exists(*probe))
+    client = queues.quorum_conn
+    return bool(client.exists(*probe)) or bool(
+        client.sismember(PrefixKeys(queues.key_prefix).queues, name))
 
 
 def existing_queue(queues: RedisQueues, name: str, where: str) -> Any:
@@ -125,7 +137,7 @@ def existing_queue(queues: RedisQueues, name: str, where: str) -> Any:
 def run_guarded(command: str, handler: Callable[[argparse.Namespace], int],
                 args: argparse.Namespace) -> int:
     """Run ``handler``; print an OpsError (or a library error) as one line on stderr."""
-    where = redact_url(getattr(args, "url", DEFAULT_URL))
+    where = redact_url(getattr(args, "url", None) or default_url())
     # The connection's retry warnings would precede the one line (shown with -v).
     quiet = _DropRetryWarnings() if not getattr(args, "verbose", 0) else None
     connect_log = logging.getLogger("dynoqueue.connect")

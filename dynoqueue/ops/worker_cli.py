@@ -19,6 +19,7 @@ from typing import Any
 
 from ..cli_args import int_at_least
 from ..errors import InvalidArgumentError
+from .session import URL_ENV
 
 
 def add_parser(commands: Any) -> None:
@@ -34,9 +35,10 @@ def add_parser(commands: Any) -> None:
     worker.add_argument("target", metavar="MODULE:HANDLER",
                         help="the handler, e.g. myapp.tasks:send_reminder (the current "
                              "directory is importable)")
-    worker.add_argument("--url", required=True,
-                        help="the deployment: redis://, rediss://, redis+sentinel://h:p,.../"
-                             "service or redis+cluster://h:p,h:p")
+    url = os.environ.get(URL_ENV) or None
+    worker.add_argument("--url", required=url is None, default=url,
+                        help=f"the deployment (default ${URL_ENV}): redis://, rediss://, "
+                             "redis+sentinel://h:p,.../service or redis+cluster://h:p,h:p")
     worker.add_argument("--queue", required=True, metavar="NAME", help="the queue to consume")
     worker.add_argument("--zones", action="append", metavar="ZONE,ZONE,...",
                         help="every zone (shard), comma-separated (or the option repeated)")

@@ -41,11 +41,14 @@ WRITE_SCRIPTS = (
     "purge_dead",
     "policy",
     "set_policy",
+    "delete_policy",
     "bury",
     "postpone",
     "heartbeat",
     "clear",
     "sched_cas",
+    "pause",
+    "resume",
 )
 #: Read-only scripts: they may run on a replica through the non-quorum connection.
 READ_SCRIPTS = ("peek", "find_match", "find_stale", "inspect", "dead_list", "sizes",

@@ -9,6 +9,8 @@
 --           deliveries:now; due: when it fell due, for delivery lateness: its queue zset score
 --           as text (due ms + priority / 100: the whole part is the due ms), or with strict
 --           priority the due ms as a number.
+-- A paused queue (P.PAUSED.Q set: DynoQueue.pause) leases nothing: {now, -1, 0, 0}; its waiting
+-- pops sleep until resume.lua rings the doorbells.
 -- Only messages due now are claimed (score < now + 1): the claim itself is the visibility check;
 -- a lease of the shard that ended is due again (requeued first, in the same script).
 -- With strict priority, up to PROMOTE_LIMIT due ids first move to the ready zset, then the
@@ -33,6 +35,7 @@ local now = now_ms(ARGV[1])
 local s = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local lease_until = now + tonumber(ARGV[4])
+if redis.call('EXISTS', k.paused) == 1 then return {now, -1, 0, 0} end
 local p = policy_of(k)
 -- Leases of this shard that ended wait again first (up to the batch): the claim below
 -- delivers them as the due messages they are, counting the delivery (SQS's visibility

@@ -4,7 +4,7 @@
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] lease ms, [4..] shard indexes to search, in order
 -- Returns: {shard index, json, deliveries, now, due ms (its score without the priority)}, or
--- false when not waiting, not yet due, unknown, or ended by its TTL; -1 when its payload was
+-- false when not waiting, not yet due, unknown, ended by its TTL, or the queue is paused; -1 when its payload was
 -- gone (it became a 'payload-missing' dead letter).
 --- @include "lib/clock.lua"
 --- @include "lib/dead.lua"
@@ -15,6 +15,7 @@
 local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
+if redis.call('EXISTS', k.paused) == 1 then return false end
 local p = policy_of(k)
 for i = 4, #ARGV do
   local s = tonumber(ARGV[i])

@@ -1,7 +1,7 @@
 -- claim_match: lease the message the client matched for DynoQueue.pop_msg_with_predicate (see
 -- match_page.lua), if it still waits due in that shard and its stored JSON is still the one
 -- matched; anything else (leased meanwhile, replaced, removed) returns false and the client
--- searches again.
+-- searches again. A paused queue (P.PAUSED.Q set) leases nothing: false.
 -- KEYS: QueueKeys.lifecycle_keys()
 -- ARGV: [1] now override or '', [2] id, [3] the JSON the client matched, [4] lease ms,
 --       [5] shard index
@@ -16,6 +16,7 @@ local k = lifecycle_keys()
 local now = now_ms(ARGV[1])
 local id = ARGV[2]
 local s = tonumber(ARGV[5])
+if redis.call('EXISTS', k.paused) == 1 then return false end
 local p = policy_of(k)
 local from = k.queue(s)
 local score = redis.call('ZSCORE', from, id)

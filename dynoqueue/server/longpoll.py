@@ -86,6 +86,8 @@ class LongPolls:
 
     def __init__(self) -> None:
         self._topics: dict[str, _Topic] = {}
+        #: The server is stopping: nothing is held any more.
+        self.stopping = False
 
     async def pull(self, topic: str, queue: DynoQueue, batch: int, lease_ms: int,
                    hold_ms: int, gone: Callable[[], Awaitable[bool]]) -> list[Message]:
@@ -96,7 +98,7 @@ class LongPolls:
             The leased messages ([] at the timeout or when the client went away).
         """
         first = await queue.pop(batch, 0, lease_ms=lease_ms)
-        if first or hold_ms <= 0:
+        if first or hold_ms <= 0 or self.stopping:
             return first
         loop = asyncio.get_running_loop()
         held = _Held(batch, lease_ms, loop.time() + hold_ms / 1000)
@@ -126,6 +128,19 @@ class LongPolls:
             await _give_back(queue, messages)
             return []
         return messages
+
+    def stop_holding(self) -> None:
+        """Answer every held pull now, empty, and hold no new one (the server is stopping:
+        its clients get a 200 with no message at once instead of an error at the end of the
+        graceful shutdown). The dispatchers' waiting pops are cancelled, which puts back what
+        they had leased."""
+        self.stopping = True
+        for entry in self._topics.values():
+            for held in entry.held:
+                if not held.future.done():
+                    held.future.set_result([])
+            if entry.task is not None:
+                entry.task.cancel()
 
     async def close(self) -> None:
         for entry in self._topics.values():

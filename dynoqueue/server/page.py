@@ -50,7 +50,8 @@ PAGE = """<!doctype html>
   <section>
     <h2>Queues</h2>
     <table id="queues">
-      <thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>delayed</th><th>leased</th>
+      <thead><tr><th>queue</th><th>partitions</th><th>waiting</th><th>ready</th><th>delayed</th>
+        <th>leased</th>
         <th>dead</th><th>oldest ready</th><th>waiting/s</th><th>leased/s</th><th>dead/s</th>
       </tr></thead>
       <tbody></tbody>
@@ -58,7 +59,13 @@ PAGE = """<!doctype html>
   </section>
   <section id="detail" hidden>
     <h2>Queue <span id="detail-name"></span>: delayed messages by time until due</h2>
+    <p><button id="pause-toggle">Pause</button> <span id="pause-state"></span></p>
     <div class="bars" id="buckets"></div>
+    <table id="partitions">
+      <thead><tr><th>partition</th><th>waiting</th><th>leased</th><th class="text">node</th>
+        <th>slot</th></tr></thead>
+      <tbody></tbody>
+    </table>
     <p id="limits"></p>
     <table id="schedules">
       <thead><tr><th class="text">schedule</th><th class="text">when</th>
@@ -172,6 +179,7 @@ async function refresh() {
     row.className = "queue" + (q.queue === selected ? " selected" : "");
     row.dataset.queue = q.queue;
     cell(row, q.queue);
+    cell(row, q.partitions, "partitions");
     for (const name of ["waiting", "ready", "delayed", "leased"]) cell(row, q[name], name);
     cell(row, q.dead, "dead-count" + (q.dead ? " nonzero" : ""));
     cell(row, age(q.oldest_ready_age_ms), "age");
@@ -184,7 +192,7 @@ async function refresh() {
   if (!data.queues.length) {
     const row = body.insertRow();
     const td = cell(row, "no queues under prefix " + data.prefix, "empty");
-    td.colSpan = 10;
+    td.colSpan = 11;
   }
   previous = {data, at};
   document.getElementById("status").textContent =
@@ -198,12 +206,17 @@ function showDetail(q) {
   if (!q) { section.hidden = true; return; }
   section.hidden = false;
   document.getElementById("detail-name").textContent = q.queue;
+  const toggle = document.getElementById("pause-toggle");
+  toggle.textContent = q.paused ? "Resume" : "Pause";
+  toggle.dataset.paused = q.paused ? "1" : "";
+  document.getElementById("pause-state").textContent = q.paused
+    ? "paused: pops deliver nothing until it is resumed" : "running";
   const most = Math.max(1, ...q.buckets.map(b => b.count));
   const bars = document.getElementById("buckets");
   bars.replaceChildren();
   for (const b of q.buckets) {
     const label = document.createElement("span");
-    label.textContent = b.range;
+    label.textContent = b.label;
     const track = document.createElement("div");
     const bar = document.createElement("div");
     bar.className = "bar";
@@ -214,6 +227,15 @@ function showDetail(q) {
     count.textContent = b.count;
     count.className = "bucket-count";
     bars.append(label, track, count);
+  }
+  const parts = document.querySelector("#partitions tbody");
+  parts.replaceChildren();
+  for (const p of q.partition_stats) {
+    const row = parts.insertRow();
+    row.className = "partition";
+    for (const value of [p.partition, p.waiting, p.leased]) cell(row, value);
+    cell(row, p.node === null ? "-" : p.node, "text");
+    cell(row, p.slot === null ? "-" : p.slot);
   }
   const limits = [];
   if (q.limits.max_in_flight) limits.push("at most " + q.limits.max_in_flight + " in flight");
@@ -231,10 +253,15 @@ function showDetail(q) {
     cell(row, x.schedule, "text");
     cell(row, x.cron || ("every " + x.every_ms + " ms"), "text");
     cell(row, x.timezone, "text");
-    cell(row, new Date(x.next_due_ms).toLocaleString());
-    cell(row, x.last_sent_ms === null ? "-" : new Date(x.last_sent_ms).toLocaleString());
+    cell(row, zoned(x.next_due_ms, x.timezone));
+    cell(row, x.last_sent_ms === null ? "-" : zoned(x.last_sent_ms, x.timezone));
   }
   if (!q.schedules.length) cell(body.insertRow(), "no schedules", "empty").colSpan = 5;
+}
+
+// A time in the schedule's own zone, with the zone's name (CET, CEST, UTC...).
+function zoned(ms, zone) {
+  return new Date(ms).toLocaleString(undefined, {timeZone: zone, timeZoneName: "short"});
 }
 
 async function select(queue) {
@@ -285,6 +312,11 @@ async function redrive(ids) {
 }
 
 document.getElementById("redrive-all").addEventListener("click", () => redrive(null));
+document.getElementById("pause-toggle").addEventListener("click", async event => {
+  const action = event.target.dataset.paused ? "resume" : "pause";
+  await api("/api/queues/" + encodeURIComponent(selected) + "/" + action, {method: "POST"});
+  await refresh();
+});
 document.getElementById("redrive-selected").addEventListener("click", () => {
   const ids = [...document.querySelectorAll("#dead input:checked")].map(b => b.value);
   if (ids.length) redrive(ids);

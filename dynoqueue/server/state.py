@@ -119,9 +119,11 @@ class ServerState:
         self.polls = LongPolls()
         #: Client address -> the deadlines (monotonic s) of its held long polls.
         self._held: dict[str, list[float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> None:
         s = self.settings
+        self._loop = asyncio.get_running_loop()
         queues = RedisQueues.from_url(
             s.url, zones=list(s.zones) if s.zones else None,
             local_zone=s.local_zone or (s.zones[0] if s.zones else None), key_prefix=s.prefix,
@@ -136,6 +138,13 @@ class ServerState:
                 await self.topic(name)
             except DynoQueueError as exc:  # a name this layout cannot serve
                 log.warning("not serving queue %r: %s", name, exc)
+
+    def stopping(self) -> None:
+        """The server was told to stop (SIGTERM, Ctrl-C): answer the held long polls now,
+        empty (:meth:`LongPolls.stop_holding`). Safe from a signal handler or another
+        thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.polls.stop_holding)
 
     async def close(self) -> None:
         await self.polls.close()
