@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -123,6 +124,9 @@ class PartitionedCore(WaitingPop):
         self._turn = itertools.count()
         #: The last pop came back short: the next one asks every partition what is due first.
         self._sparse = False
+        #: The partition whose message falls due first, as the last ``due.lua`` round told,
+        #: and when (monotonic s): a claim from then on tries it first, without asking again.
+        self._due_hint: tuple[QueueCore, float] | None = None
 
     def __repr__(self) -> str:
         return (f"DynoQueue({self.name!r}, shards={self.shards}, local={self.local_shard!r}, "
@@ -324,12 +328,12 @@ class PartitionedCore(WaitingPop):
         until the next waiting message of the partitions visited is due (None if none)."""
         spread: Spread = claim
         next_due: int | None = None
-        claims = spread.claims
+        claims, sparse = self._hinted(spread.claims)
         try:
             for at, (part, part_claim) in enumerate(claims):
                 if len(spread.held) >= spread.count:
                     break
-                if at == int(not self._sparse) and len(claims) > 2:
+                if at == int(not sparse) and len(claims) > 2:
                     # The queue is sparse here (the first partition fell short, or the last
                     # pop did): ask the partitions left at once (one round trip per node,
                     # read-only) and claim only where something is due, instead of a claim
@@ -369,9 +373,27 @@ class PartitionedCore(WaitingPop):
         once), and the ms until the first of the others' is due (None: nothing waits)."""
         answers = yield from guarded(operation, self.base.keys.message_hash, together(
             [part.due_in(part_claim.order) for part, part_claim in claims]))
-        later = [ms for ms in answers if ms > 0]
+        later = [(ms, at) for at, ms in enumerate(answers) if ms > 0]
+        if later:
+            ms, at = min(later)
+            self._due_hint = (claims[at][0], time.monotonic() + ms / 1000)
         return ([c for c, ms in zip(claims, answers, strict=True) if ms == 0],
-                min(later) if later else None)
+                min(later)[0] if later else None)
+
+    def _hinted(self, claims: list[tuple[QueueCore, Claim]]
+                ) -> tuple[list[tuple[QueueCore, Claim]], bool]:
+        """The claims in the order to try them, and whether to ask every partition first (the
+        queue is sparse): once the partition the last ``due.lua`` round named has its message
+        due, it is claimed first, directly (one round trip where asking would take two: a
+        waiting pop woken by that due time gets it at once)."""
+        hint = self._due_hint
+        if hint is None or time.monotonic() < hint[1]:
+            return claims, self._sparse
+        self._due_hint = None
+        first = [c for c in claims if c[0] is hint[0]]
+        if not first:
+            return claims, self._sparse
+        return first + [c for c in claims if c[0] is not hint[0]], False
 
     def _release(self, claim: Any) -> Op[None]:
         """Put back what a cancelled pop leased, each message in its partition."""
