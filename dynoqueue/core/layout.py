@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model.message import Message
 from ..model.settings import QueueSettings
 from ..model.states import QueuePolicy
+from .contract import OPERATIONS, QueueOperations
 from .failures import guarded
 from .partitions import PartitionedCore
 from .queue import QueueCore
@@ -26,15 +27,13 @@ RECHECK_S = 1.0
 LOOKUP_POLL_S = 0.002
 #: What the factory sets on a core after making it; a core found later gets the same.
 _WIRED = ("closed", "detached", "events", "zones", "server_check")
-#: The operations a façade or the factory runs (each returns an Op).
-_OPERATIONS = frozenset({
-    "push", "push_validated", "ensure", "pop", "claim_id", "claim_match", "ack", "ack_many",
-    "release", "nack", "nack_many", "set_lease", "set_lease_many", "dead_letter", "postpone",
-    "set_timeout", "remove", "peek", "contains", "get", "get_all_messages", "find_match",
-    "contains_match", "size", "shard_sizes", "find_stale_messages", "state", "info",
-    "group_info", "dead_letters", "dead_size", "process_unacks", "redrive", "purge_dead",
-    "clear", "stored_policy", "set_policy", "delete_policy", "schedule", "schedules",
-    "unschedule", "run_schedules", "pause", "resume", "is_paused"})
+#: The operations a façade or the factory runs (each returns an Op): the contract's.
+_OPERATIONS = frozenset(OPERATIONS)
+
+if TYPE_CHECKING:  # mypy checks that both cores keep the contract
+    def _keeps_the_contract(plain: QueueCore, partitioned: PartitionedCore
+                            ) -> tuple[QueueOperations, QueueOperations]:
+        return plain, partitioned
 
 
 def open_core(name: str, settings: QueueSettings, *, quorum_cluster: bool, replica_reads: bool,

@@ -25,12 +25,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
-from zlib import crc32
 
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..model import validate
 from ..model.message import Message
-from ..model.partitions import partition_of, partition_tags
+from ..model.partitions import partition_of, partition_of_message, partition_tags
 from ..model.schedules import Schedule
 from ..model.settings import QueueSettings
 from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
@@ -243,9 +242,7 @@ class PartitionedCore(WaitingPop):
         return self.parts[self._partition_of_message(batch[0])].pushed(batch, reply)
 
     def _partition_of_message(self, message: Message) -> int:
-        """partition_of() of the message's id, or of its group (inlined: once per message)."""
-        return crc32((message.id if message.group is None else message.group).encode()
-                     ) % self.count
+        return partition_of_message(message, self.count)
 
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         if not batch:
@@ -256,9 +253,8 @@ class PartitionedCore(WaitingPop):
         # in a, m1 in b, ...) and an unknown shard it returns writes nothing.
         place, count = self.base._shard_index, self.count
         lists: list[tuple[list[Message], list[int]]] = [([], []) for _ in range(count)]
-        for m in batch:  # _partition_of_message, inlined: this loop is most of a push's cost
-            messages, shard_indices = lists[
-                crc32((m.id if m.group is None else m.group).encode()) % count]
+        for m in batch:
+            messages, shard_indices = lists[partition_of_message(m, count)]
             messages.append(m)
             shard_indices.append(place(m))
         shares = {k: share for k, share in enumerate(lists) if share[0]}

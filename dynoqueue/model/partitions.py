@@ -28,6 +28,7 @@ import itertools
 import zlib
 
 from .keys import QueueKeys
+from .message import Message
 
 #: The most partitions a queue may have (each is a slot; more buys nothing on any cluster).
 MAX_PARTITIONS = 1024
@@ -82,8 +83,14 @@ def partition_tags(queue: str, count: int) -> tuple[str, ...]:
 
 def partition_of(text: str, count: int) -> int:
     """The partition (0-based) of a message id or group name among ``count``: CRC32 of its
-    UTF-8 bytes modulo ``count``."""
+    UTF-8 bytes modulo ``count``. The one place the routing rule is written."""
     return zlib.crc32(text.encode()) % count if count > 1 else 0
+
+
+def partition_of_message(message: Message, count: int) -> int:
+    """The partition of ``message`` among ``count``: its ordered group's when it has one (a
+    group's messages live together), else its id's (:func:`partition_of`)."""
+    return partition_of(message.id if message.group is None else message.group, count)
 
 
 def partition_keys(keys: QueueKeys, count: int) -> list[QueueKeys]:
