@@ -62,7 +62,7 @@ class WaitingPop:
     def _guarded_claim(self, operation: str, claim: Any) -> Op[int | None]:
         raise NotImplementedError
 
-    def _release(self, claim: Any) -> Op[None]:
+    def release_claim(self, claim: Any) -> Op[None]:
         raise NotImplementedError
 
     def _waiting_pop(self, operation: str, claim: Holding, enough: int,
@@ -103,7 +103,7 @@ class WaitingPop:
             try:
                 rung = yield WaitBell(self, channels, bell.ticket, sleep)
             except Cancelled:
-                yield from self._release(claim)
+                yield from self.release_claim(claim)
                 raise
             except DeadlinePassed:
                 return claim.messages()
@@ -119,9 +119,7 @@ class Consuming(QueueState, WaitingPop):
         """Lease up to ``count`` due messages; wait up to ``wait_ms`` until ``min_count`` (default
         ``count``) are leased (the waiting-pop state machine: doorbell tickets, next-due
         wake-ups, the deadline, re-claims)."""
-        lease, enough = self._pop_arguments(count, wait_ms, lease_ms, min_count)
-        self._check_open()
-        order = self._local_first if all_shards else [self._local, *self._adopted()]
+        lease, enough, order = self.pop_plan(all_shards, count, wait_ms, lease_ms, min_count)
         if count == 0:
             return []
         claim = Claim(order, count, lease)
@@ -135,8 +133,23 @@ class Consuming(QueueState, WaitingPop):
         core = cast("Scheduling", self)
         return (yield from chain_ticks(core, lambda _id: core, got))
 
+    def pop_plan(self, all_shards: bool, count: int, wait_ms: int, lease_ms: int | None,
+                 min_count: int | None) -> tuple[int, int, list[int]]:
+        """A pop's arguments checked, for this core's pop and a partitioned one alike: (the
+        lease in ms, how many it waits for, the shard indices it claims from in order).
+
+        Raises:
+            InvalidArgumentError: an argument out of range.
+            QueueClosedError: the queue is closed.
+        """
+        lease, enough = self._pop_arguments(count, wait_ms, lease_ms, min_count)
+        self.check_open()
+        order = (self.shards_local_first if all_shards
+                 else [self.local_index, *self.adopted_shards()])
+        return lease, enough, order
+
     def _pop_arguments(self, count: int, wait_ms: int, lease_ms: int | None,
-                       min_count: int | None) -> tuple[int, int]:
+                      min_count: int | None) -> tuple[int, int]:
         """A pop's arguments checked: (the lease in ms, how many it waits for).
 
         Raises:
@@ -159,14 +172,14 @@ class Consuming(QueueState, WaitingPop):
         """Claim until ``claim`` holds its count; on cancellation put everything this pop
         leased back (including what a claim in flight leased) before re-raising."""
         try:
-            next_due: int | None = yield from self._guard(
-                operation, self.keys.queue_shard(self.local_shard), self._claim_once(claim))
+            next_due: int | None = yield from self.guard(
+                operation, self.keys.queue_shard(self.local_shard), self.claim_once(claim))
             return next_due
         except Cancelled:
-            yield from self._release(claim)
+            yield from self.release_claim(claim)
             raise
 
-    def _claim_once(self, claim: Claim) -> Op[int | None]:
+    def claim_once(self, claim: Claim) -> Op[int | None]:
         """Claim due messages from the shards in order until ``claim`` holds its count.
 
         Returns:
@@ -233,7 +246,7 @@ class Consuming(QueueState, WaitingPop):
                     self.name, shard, len(ids))
         self.events(self.name, "dead_lettered", len(ids))
 
-    def _release(self, claim: Claim) -> Op[None]:
+    def release_claim(self, claim: Claim) -> Op[None]:
         """Put back what a cancelled pop leased (best effort: failing, the leases expire)."""
         pairs = claim.release_pairs()
         if not pairs:
@@ -248,8 +261,8 @@ class Consuming(QueueState, WaitingPop):
 
     def claim_id(self, operation: str, id: str, all_shards: bool) -> Op[Message | None]:
         validate.message_id(id)
-        self._check_open()
-        order = self._local_first if all_shards else [self._local]
+        self.check_open()
+        order = self.shards_local_first if all_shards else [self.local_index]
         result = yield from self._script(
             operation, self.keys.message_hash, "claim_id", self._life_keys,
             [self._now_arg(), id, self.unack_timeout_ms, *(i + 1 for i in order)],
@@ -262,11 +275,11 @@ class Consuming(QueueState, WaitingPop):
         the match found is then claimed by id, only if it is still due and unchanged
         (claim_match.lua). Every script call is short, and the claim is never repeated."""
         matcher = LuaPattern(validate.pattern(pattern))
-        self._check_open()
-        order = [self._local] if local_only else self._local_first
+        self.check_open()
+        order = [self.local_index] if local_only else self.shards_local_first
         operation, key = "pop_msg_with_predicate", self.keys.message_hash
         for _ in range(_MATCH_CLAIM_ATTEMPTS):
-            found = yield from self._guard(operation, key, self._first_due_match(matcher, order))
+            found = yield from self.guard(operation, key, self._first_due_match(matcher, order))
             if found is None:
                 return None
             index, id, json = found

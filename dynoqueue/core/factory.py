@@ -328,7 +328,7 @@ class QueuesBase(Generic[Q]):
             except ConfigurationError:
                 return None
             # Apply what the queue has stored, never this factory's policy: not opened here.
-            plain.policy, plain._policy_checked = None, True
+            plain.policy, plain.policy_checked = None, True
             core = Discovering(plain, lambda stored: PartitionedCore(
                 name, self.settings, quorum_cluster=self.settings.cluster,
                 replica_reads=self._replica_reads, policy=stored, stored=True))

@@ -25,10 +25,10 @@ class Inspecting(QueueState):
 
     def peek(self, operation: str, all_shards: bool, count: int) -> Op[list[Message]]:
         validate.count("count", count)
-        self._check_attached()
+        self.check_attached()
         if count == 0:
             return []
-        order = self._local_first if all_shards else [self._local]
+        order = self.shards_local_first if all_shards else [self.local_index]
         keys = [self.keys.message_hash, self.keys.policy]
         for i in order:
             keys += [self.keys.queue_shard(self.shards[i]), self.keys.ready_shard(self.shards[i])]
@@ -38,21 +38,21 @@ class Inspecting(QueueState):
 
     def contains(self, id: str) -> Op[bool]:
         validate.message_id(id)
-        self._check_attached()
+        self.check_attached()
         key = self.keys.message_hash
         return bool((yield from self._command("contains", key, QUORUM, "HEXISTS", key, id)))
 
     def get(self, operation: str, id: str, local: bool) -> Op[Message | None]:
         validate.message_id(id)
-        self._check_attached()
+        self.check_attached()
         key = self.keys.message_hash
         raw = yield from self._command(operation, key, READ if local else QUORUM, "HGET", key, id)
         return None if raw is None else Message.from_json(raw)
 
     def get_all_messages(self) -> Op[list[Message]]:
-        self._check_attached()
+        self.check_attached()
         key = self.keys.message_hash
-        pairs = yield from self._guard("get_all_messages", key, self.sender.scan(key))
+        pairs = yield from self.guard("get_all_messages", key, self.sender.scan(key))
         return [Message.from_json(raw) for _, raw in pairs]
 
     def find_match(self, pattern: str, local_only: bool) -> Op[str | None]:
@@ -60,7 +60,7 @@ class Inspecting(QueueState):
         a page at a time on the read connection and matched here (no script runs a pattern);
         with ``local_only``, find_match.lua keeps the first match waiting in the local shard."""
         matcher = LuaPattern(validate.pattern(pattern))
-        self._check_attached()
+        self.check_attached()
         local = self.local_shard
         keys = [self.keys.message_hash, self.keys.queue_shard(local), self.keys.ready_shard(local),
                 self.keys.group_of, self.keys.group_line_base, self.keys.group_head]
@@ -74,7 +74,7 @@ class Inspecting(QueueState):
                 return hits[0]
             if hits:
                 found = yield from self._read(operation, keys[0], "find_match", keys,
-                                              [self._local + 1, *hits])
+                                              [self.local_index + 1, *hits])
                 if found:
                     return as_text(found)
             if cursor == 0:
@@ -87,14 +87,14 @@ class Inspecting(QueueState):
         return sum(s["size"] for s in (yield from self.shard_sizes()).values())
 
     def shard_sizes(self) -> Op[dict[str, dict[str, int]]]:
-        self._check_attached()
+        self.check_attached()
         # the shards' zsets: not the limits' rate log and counter after them
         keys = [*self._life_keys[_FIXED_LIFE_KEYS:-3], self.keys.group_waiting]
         counts = yield from self._read("shard_sizes", keys[0], "sizes", keys, [])
         return replies.shard_sizes(counts, self.shards)
 
     def find_stale_messages(self) -> Op[list[Message]]:
-        self._check_attached()
+        self.check_attached()
         out: list[Message] = []
         for shard in self.shards:
             keys = [self.keys.message_hash, self.keys.queue_shard(shard),
@@ -110,7 +110,7 @@ class Inspecting(QueueState):
 
     def info(self, id: str) -> Op[MessageInfo | None]:
         validate.message_id(id)
-        self._check_attached()
+        self.check_attached()
         reply = yield from self._script("info", self.keys.message_hash, "inspect",
                                         self._life_keys, [self._now_arg(), id])
         if not reply:
@@ -119,7 +119,7 @@ class Inspecting(QueueState):
 
     def group_info(self, group: str) -> Op[dict[str, Any]]:
         validate.text("group", group, empty=False)
-        self._check_attached()
+        self.check_attached()
         reply = yield from self._script(
             "group_info", self.keys.group_head, "group_info", self._life_keys,
             [self._now_arg(), group, self._group_shard(group) + 1])
@@ -127,7 +127,7 @@ class Inspecting(QueueState):
 
     def dead_letters(self, count: int) -> Op[list[DeadLetter]]:
         validate.count("count", count)
-        self._check_attached()
+        self.check_attached()
         if count == 0:
             return []
         keys = [self.keys.dead, self.keys.dead_info]
@@ -135,7 +135,7 @@ class Inspecting(QueueState):
         return replies.dead_letters(flat, self._shard_at)
 
     def dead_size(self) -> Op[int]:
-        self._check_attached()
+        self.check_attached()
         size = yield from self._command("dead_size", self.keys.dead, READ, "ZCARD",
                                         self.keys.dead)
         return int(size)

@@ -120,8 +120,8 @@ class Discovering:
             return self.found.push_call(messages, if_exists)
         if time.monotonic() < self.recheck_at:  # none stored, read a moment ago
             return self._plain.push_call(messages, if_exists)
-        batch = self._plain._push_batch(messages, if_exists)
-        self._plain._check_open()
+        batch = self._plain.prepare_push(messages, if_exists)
+        self._plain.check_open()
         return batch, None
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
@@ -142,7 +142,7 @@ class Discovering:
         own: a burst of 200 first pops on a fresh asyncio Cluster client broke its
         connections."""
         plain: QueueCore = self._plain
-        plain._check_attached()
+        plain.check_attached()
         if self.found is not None:
             return self.found
         if time.monotonic() < self.recheck_at:

@@ -24,7 +24,7 @@ class Leasing(QueueState):
     def ack(self, id: str, receipt: str | None = None) -> Op[bool]:
         validate.message_id(id)
         receipt = _receipt(receipt)
-        self._check_attached()
+        self.check_attached()
         acked = yield from self._write_one("ack", "ack", [self._now_arg(), id, receipt])
         self.events(self.name, "acked", int(acked))
         return int(acked) == 1
@@ -34,7 +34,7 @@ class Leasing(QueueState):
 
     def ack_pairs(self, pairs: list[str]) -> Op[int]:
         """:meth:`ack_many` of validated [id, receipt, ...] pairs (:func:`id_receipt_pairs`)."""
-        self._check_attached()
+        self.check_attached()
         if not pairs:
             return 0
         replies = yield from self._write_pairs("ack", "ack", [self._now_arg()], pairs)
@@ -47,7 +47,7 @@ class Leasing(QueueState):
 
     def release_pairs(self, pairs: list[str]) -> Op[int]:
         """:meth:`release` of validated [id, receipt, ...] pairs."""
-        self._check_attached()
+        self.check_attached()
         if not pairs:
             return 0
         replies = yield from self._write_pairs("release", "release", [self._now_arg()], pairs)
@@ -74,7 +74,7 @@ class Leasing(QueueState):
         validate.ms("delay_ms", delay_ms)
         if error is not None:
             validate.text("error", error)
-        self._check_attached()
+        self.check_attached()
         if not pairs:
             return 0
         head = [self._now_arg(), delay_ms, (error or "")[:_MAX_ERROR_CHARS]]
@@ -102,7 +102,7 @@ class Leasing(QueueState):
     def _set_leases(self, operation: str, pairs: list[str], timeout_ms: int,
                     only_if_shorter: bool) -> Op[int]:
         validate.ms("timeout_ms", timeout_ms)
-        self._check_attached()
+        self.check_attached()
         if not pairs:
             return 0
         head = [self._now_arg(), timeout_ms, "1" if only_if_shorter else "0"]
@@ -116,7 +116,7 @@ class Leasing(QueueState):
         if error is not None:
             validate.text("error", error)
         pairs = [id, _receipt(receipt)]
-        self._check_attached()
+        self.check_attached()
         buried, missing = yield from self._write_one("dead_letter", "bury", [
             self._now_arg(), reason[:200], (error or "")[:_MAX_ERROR_CHARS], *pairs])
         self.events(self.name, "dead_lettered", int(buried))
@@ -141,7 +141,7 @@ class Leasing(QueueState):
         """Give message ``id`` a new timeout (and ``priority`` unless None) with script
         ``operation`` (postpone.lua, set_timeout.lua): its JSON is read, changed here, and
         written only if still unchanged, again while another writer keeps changing it."""
-        self._check_attached()
+        self.check_attached()
         key = self.keys.message_hash
         for _ in range(_SET_TIMEOUT_ATTEMPTS):
             raw = yield from self._command(operation, key, QUORUM, "HGET", key, id)
@@ -160,7 +160,7 @@ class Leasing(QueueState):
 
     def remove(self, id: str) -> Op[bool]:
         validate.message_id(id)
-        self._check_attached()
+        self.check_attached()
         removed = yield from self._write_one("remove", "remove", [self._now_arg(), id])
         return bool(removed)
 

@@ -107,7 +107,7 @@ class PartitionedCore(WaitingPop):
                       for k, tag in enumerate(partition_tags(name, policy.partitions))]
         if stored:
             for core in (self.base, *self.parts):
-                core.policy, core._policy_checked = None, True
+                core.policy, core.policy_checked = None, True
         self.name = name
         self.settings = settings
         self.keys = self.base.keys
@@ -159,7 +159,7 @@ class PartitionedCore(WaitingPop):
         policy key, or refuse a different one; then refuse to go on if messages wait in the
         one-partition layout (pushed by a process that did not know of the partitions)."""
         base = self.base
-        base._check_attached()
+        base.check_attached()
         key = base.keys.policy
         if not base.server_check.done:
             yield from guarded(operation, key, base.server_check.run(key))
@@ -229,7 +229,7 @@ class PartitionedCore(WaitingPop):
         """The validated batch, and the one command of its push when every message of it goes
         to one partition (a one-message push: the producer's usual call) and that partition's
         push is one command (see QueueCore.push_call); else None."""
-        batch = self.base._push_batch(messages, if_exists)
+        batch = self.base.prepare_push(messages, if_exists)
         if not self._checked or not batch:
             return batch, None
         first = self._partition_of_message(batch[0])
@@ -247,11 +247,11 @@ class PartitionedCore(WaitingPop):
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         if not batch:
             return self._nothing()
-        self.base._check_open()
+        self.base.check_open()
         # Shards are chosen here, in input order and before anything is written, so the
         # sharding strategy sees the batch as on a queue of one partition (round robin: m0
         # in a, m1 in b, ...) and an unknown shard it returns writes nothing.
-        place, count = self.base._shard_index, self.count
+        place, count = self.base.shard_index, self.count
         lists: list[tuple[list[Message], list[int]]] = [([], []) for _ in range(count)]
         for m in batch:
             messages, shard_indices = lists[partition_of_message(m, count)]
@@ -286,7 +286,7 @@ class PartitionedCore(WaitingPop):
         return out
 
     def ensure(self, message: Message) -> Op[bool]:
-        (message,) = self.base._validated([message])
+        (message,) = self.base.validate_batch([message])
         return self._checked_op("ensure", self.part_of(message.id, message.group).ensure(message))
 
     # ----------------------------------------------------------------------------- consume
@@ -296,12 +296,10 @@ class PartitionedCore(WaitingPop):
         """:meth:`QueueCore.pop` over the partitions: one batch filled from each partition's
         shards in turn (the local shard, then as QueueCore.pop), starting one partition further
         on each call; a waiting pop wakes on a ring of any of them."""
-        lease, enough = self.base._pop_arguments(count, wait_ms, lease_ms, min_count)
-        self.base._check_open()
+        lease, enough, order = self.base.pop_plan(all_shards, count, wait_ms, lease_ms,
+                                                  min_count)
         if count == 0:
             return []
-        base = self.base
-        order = base._local_first if all_shards else [base._local, *base._adopted()]
         rotation = self._rotation()
         width = len(self.shards)
         spread = Spread([(self.parts[k], Claim(order, count, lease)) for k in rotation], count,
@@ -347,7 +345,7 @@ class PartitionedCore(WaitingPop):
             self._sparse = len(spread.held) < spread.count
             return next_due
         except Cancelled:
-            yield from self._release(spread)
+            yield from self.release_claim(spread)
             raise
 
     @staticmethod
@@ -356,8 +354,8 @@ class PartitionedCore(WaitingPop):
         """One partition's claim of a pop; records which partition leased each id."""
         before = set(spread.held)
         try:
-            due: int | None = yield from part._guard(
-                operation, part.keys.queue_shard(part.local_shard), part._claim_once(part_claim))
+            due: int | None = yield from part.guard(
+                operation, part.keys.queue_shard(part.local_shard), part.claim_once(part_claim))
             return due
         finally:
             for id in spread.held.keys() - before:
@@ -391,7 +389,7 @@ class PartitionedCore(WaitingPop):
             return claims, self._sparse
         return first + [c for c in claims if c[0] is not hint[0]], False
 
-    def _release(self, claim: Any) -> Op[None]:
+    def release_claim(self, claim: Any) -> Op[None]:
         """Put back what a cancelled pop leased, each message in its partition."""
         spread: Spread = claim
         for part, _ in spread.claims:
@@ -399,7 +397,7 @@ class PartitionedCore(WaitingPop):
             mine.held = {id: held for id, held in spread.held.items()
                          if spread.owner.get(id) is part}
             if mine.held:
-                yield from part._release(mine)
+                yield from part.release_claim(mine)
         spread.held.clear()
 
     def claim_id(self, operation: str, id: str, all_shards: bool) -> Op[Message | None]:
@@ -580,7 +578,7 @@ class PartitionedCore(WaitingPop):
     def clear(self) -> Op[None]:
         """Clear every partition, then the one-partition keys (the registry entry); the
         stored policies stay (see :meth:`delete_policy`)."""
-        self.base._check_open()
+        self.base.check_open()
         return self._clear()
 
     def _clear(self) -> Op[None]:
@@ -592,7 +590,7 @@ class PartitionedCore(WaitingPop):
         """Delete the stored policy of the queue and of every partition, refused while any
         partition holds a message or dead letter (the stored policy is how processes given
         none find the partitions)."""
-        self.base._check_attached()
+        self.base.check_attached()
         return self._delete_policy()
 
     def _delete_policy(self) -> Op[bool]:
@@ -616,17 +614,17 @@ class PartitionedCore(WaitingPop):
 
     def pause(self) -> Op[bool]:
         """Pause every partition. Returns True if any was running."""
-        self.base._check_open()
+        self.base.check_open()
         return self._checked_op("pause", self._any(self._each(lambda part: part.pause())))
 
     def resume(self) -> Op[bool]:
         """Resume every partition (ringing its doorbells). Returns True if any was paused."""
-        self.base._check_open()
+        self.base.check_open()
         return self._checked_op("resume", self._any(self._each(lambda part: part.resume())))
 
     def is_paused(self) -> Op[bool]:
         """Whether any partition is paused (after a pause, all are)."""
-        self.base._check_attached()
+        self.base.check_attached()
         return self._checked_op("is_paused",
                                 self._any(self._each(lambda part: part.is_paused())))
 

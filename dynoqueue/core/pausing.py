@@ -19,7 +19,7 @@ class Pausing(QueueState):
 
     def pause(self) -> Op[bool]:
         """Set the pause flag (pause.lua). Returns True if the queue was running."""
-        self._check_open()
+        self.check_open()
         changed = yield from self._script("pause", self.keys.paused, "pause",
                                           [self.keys.paused], [])
         return bool(int(changed))
@@ -27,14 +27,14 @@ class Pausing(QueueState):
     def resume(self) -> Op[bool]:
         """Delete the pause flag and ring the doorbells (resume.lua). Returns True if the
         queue was paused."""
-        self._check_open()
+        self.check_open()
         changed = yield from self._script("resume", self.keys.paused, "resume",
                                           [self.keys.paused, *self.keys.all_queue_shards], [])
         return bool(int(changed))
 
     def is_paused(self) -> Op[bool]:
         """Whether the pause flag is set (read on the quorum connection, where claims read)."""
-        self._check_attached()
+        self.check_attached()
         found = yield from self._command("is_paused", self.keys.paused, QUORUM, "EXISTS",
                                          self.keys.paused)
         return bool(int(found))

@@ -21,7 +21,7 @@ class Producing(QueueState):
     """push, ensure, and :meth:`push_call` (push's usual call without the operation)."""
 
     def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
-        batch = self._push_batch(messages, if_exists)
+        batch = self.prepare_push(messages, if_exists)
         return (yield from self.push_validated(batch, if_exists))
 
     def push_validated(self, batch: list[Message], if_exists: str,
@@ -31,7 +31,7 @@ class Producing(QueueState):
         queue places a whole batch in input order before splitting it)."""
         if not batch:
             return []
-        self._check_open()
+        self.check_open()
         return (yield from self._push("push", if_exists, batch, shards))
 
     def push_call(self, messages: Iterable[Message],
@@ -45,7 +45,7 @@ class Producing(QueueState):
         that error into ``push_validated(batch, if_exists)`` at its first request and runs it
         on from there (NOSCRIPT, retries and typed errors as always). Raises as :meth:`push`
         does for bad input or a closed queue."""
-        batch = self._push_batch(messages, if_exists)
+        batch = self.prepare_push(messages, if_exists)
         return batch, self.push_command(batch, if_exists)
 
     def push_command(self, batch: list[Message], if_exists: str) -> Command | None:
@@ -59,7 +59,7 @@ class Producing(QueueState):
                 or self.detached or not self._first_checks_done()
                 or (self.zones is not None and not self.zones.registered(self.name))):
             return None
-        self._check_open()
+        self.check_open()
         return self.sender.script_command(QUORUM, "push", self._life_keys,
                                           self._push_args(if_exists, batch), merge=_PUSH_MERGE)
 
@@ -68,16 +68,16 @@ class Producing(QueueState):
         return self._pushed(batch, [reply])
 
     def ensure(self, message: Message) -> Op[bool]:
-        (message,) = self._validated([message])
-        self._check_open()
+        (message,) = self.validate_batch([message])
+        self.check_open()
         return bool((yield from self._push("ensure", "ensure", [message])))
 
-    def _push_batch(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
+    def prepare_push(self, messages: Iterable[Message], if_exists: str) -> list[Message]:
         if if_exists not in ("replace", "keep"):
             raise InvalidArgumentError(f"if_exists must be 'replace' or 'keep', got {if_exists!r}")
-        return self._validated(messages)
+        return self.validate_batch(messages)
 
-    def _validated(self, messages: Iterable[Message]) -> list[Message]:
+    def validate_batch(self, messages: Iterable[Message]) -> list[Message]:
         batch = validate.listed("push takes a list of Message", messages, single=(Message,),
                                 error=InvalidMessageError)
         limit = self.settings.max_payload_bytes
@@ -94,14 +94,14 @@ class Producing(QueueState):
         args: list[Any] = [self._now_arg(), mode]
         placed = iter(shards) if shards is not None else None
         for m in batch:
-            shard = self._shard_index(m) if placed is None else next(placed)
+            shard = self.shard_index(m) if placed is None else next(placed)
             args += (m.id, m.to_json(), m.timeout, m.priority, shard + 1,
                      "" if m.due_at_ms is None else m.due_at_ms,
                      "" if m.max_deliveries is None else m.max_deliveries,
                      "" if m.ttl_ms is None else m.ttl_ms, m.group or "")
         return args
 
-    def _shard_index(self, message: Message) -> int:
+    def shard_index(self, message: Message) -> int:
         if message.group is not None:
             return self._group_shard(message.group)
         shards = self.shards
@@ -128,7 +128,7 @@ class Producing(QueueState):
         args = self._push_args(mode, batch, shards)
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
-            yield from self._guard(operation, self.keys.message_hash,
+            yield from self.guard(operation, self.keys.message_hash,
                                    self.zones.register([self.name]))
         if len(batch) <= SCRIPT_BATCH:
             # Concurrent pushes may join into one script call (the asyncio driver's

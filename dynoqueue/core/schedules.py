@@ -59,7 +59,7 @@ class Scheduling(QueueState):
         """Push tick messages into this partition through its tick log (the ``tick`` script,
         keep mode). Returns how many were new."""
         if self.zones is not None and not self.zones.registered(self.name):
-            yield from self._guard("run_schedules", self.keys.message_hash,
+            yield from self.guard("run_schedules", self.keys.message_hash,
                                    self.zones.register([self.name]))
         keys = [self.keys.ticks, *self._life_keys]
         pushed = 0

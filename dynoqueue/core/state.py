@@ -75,13 +75,13 @@ class QueueState:
         self.unack_timeout_ms = settings.unack_timeout_ms
         #: The policy this process was configured with (None: whatever the queue has stored).
         self.policy = policy if policy is not None else settings.policy
-        self._policy_checked = self.policy is None
-        self._local = self.shards.index(self.local_shard)
+        self.policy_checked = self.policy is None
+        self.local_index = self.shards.index(self.local_shard)
         self._shard_pos: dict[str, int] = {}  # shard -> its first index
         for i, shard in enumerate(self.shards):
             self._shard_pos.setdefault(shard, i)
-        self._local_first = [self._local] + [i for i in range(len(self.shards))
-                                             if i != self._local]
+        self.shards_local_first = [self.local_index] + [i for i in range(len(self.shards))
+                                             if i != self.local_index]
         self._strategy = settings.strategy
         self._life_keys = self.keys.lifecycle_keys()
         #: How this queue's requests reach Redis.
@@ -121,17 +121,17 @@ class QueueState:
                                      f"returned {now!r:.80}")
         return str(now_ms)
 
-    def _check_attached(self) -> None:
+    def check_attached(self) -> None:
         if self.detached:
             raise QueueClosedError(f"queue {self.name!r} is closed (its RedisQueues was closed)")
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self.closed or self.detached:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     # ----------------------------------------------------------------------------- shards
 
-    def _adopted(self) -> list[int]:
+    def adopted_shards(self) -> list[int]:
         """The indices of the orphaned shards this queue's factory adopts now."""
         return [] if self.zones is None else self.zones.adopted(self.shards)
 
@@ -163,30 +163,30 @@ class QueueState:
 
     # ----------------------------------------------------------------------------- guarded calls
 
-    def _guard(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
+    def guard(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
         """Run ``op`` while the factory is open, with typed errors (see :func:`guarded`), after
         the policy check of this queue's first call. Raises QueueClosedError at once when the
         factory is closed."""
-        self._check_attached()
+        self.check_attached()
         if self._first_checks_done():
             return guarded(operation, key, op)  # no generator layer of its own: every call
         return self._checked_first(operation, key, op)
 
     def _first_checks_done(self) -> bool:
         """Whether this queue's first-call checks (the server's, the stored policy) are done."""
-        return self.server_check.done and self._policy_checked
+        return self.server_check.done and self.policy_checked
 
     def _checked_first(self, operation: str, key: str, op: Op[Any]) -> Op[Any]:
         if not self.server_check.done:
             yield from guarded(operation, key, self.server_check.run(key))
-        if not self._policy_checked:
+        if not self.policy_checked:
             yield from guarded(operation, key, self._check_policy())
         return (yield from guarded(operation, key, op))
 
     def _check_policy(self) -> Op[None]:
         """At the first call with an explicit policy: store it unless the queue has one, and
         refuse to go on if what is stored differs (every process must apply the same)."""
-        if self._policy_checked or self.policy is None:
+        if self.policy_checked or self.policy is None:
             return
         stored = yield from self.sender.script(QUORUM, "policy", [self.keys.policy],
                                                [self.policy.to_json()], idempotent=True)
@@ -194,22 +194,22 @@ class QueueState:
             raise ConfigurationError(
                 f"queue {self.name!r} has policy {QueuePolicy.from_json(stored)} stored, but "
                 f"this process was given {self.policy}; configure every process alike")
-        self._policy_checked = True
+        self.policy_checked = True
 
     def _script(self, operation: str, key: str, name: str, keys: list[str], args: list[Any],
                 *, idempotent: bool = True) -> Op[Any]:
-        """Script ``name`` on the quorum connection, guarded (see :meth:`_guard`)."""
-        return self._guard(operation, key, self.sender.script(QUORUM, name, keys, args,
+        """Script ``name`` on the quorum connection, guarded (see :meth:`guard`)."""
+        return self.guard(operation, key, self.sender.script(QUORUM, name, keys, args,
                                                               idempotent=idempotent))
 
     def _read(self, operation: str, key: str, name: str, keys: list[str],
               args: list[Any]) -> Op[Any]:
         """Read-only script ``name`` on the read connection, guarded."""
-        return self._guard(operation, key, self.sender.read_script(name, keys, args))
+        return self.guard(operation, key, self.sender.read_script(name, keys, args))
 
     def _command(self, operation: str, key: str, role: str, *args: Any) -> Op[Any]:
         """One command on ``role``'s connection, guarded."""
-        return self._guard(operation, key, self.sender.command(role, *args))
+        return self.guard(operation, key, self.sender.command(role, *args))
 
     # ----------------------------------------------------------------------------- writes
 
@@ -223,7 +223,7 @@ class QueueState:
         keys = self._life_keys if keys is None else keys
         if replicate and self.settings.write_quorum:
             return self._one_of(self._write(operation, name, [(keys, args)]))
-        return self._guard(operation, keys[0], self.sender.script(
+        return self.guard(operation, keys[0], self.sender.script(
             QUORUM, name, keys, args, idempotent=True, merge=merge))
 
     @staticmethod
@@ -250,7 +250,7 @@ class QueueState:
             keys, args = calls[0]
             return [(yield from self._write_one(operation, name, args, keys=keys,
                                                 replicate=False))]
-        replies: list[Any] = yield from self._guard(operation, calls[0][0][0], self.sender.write(
+        replies: list[Any] = yield from self.guard(operation, calls[0][0][0], self.sender.write(
             operation, name, calls, quorum))
         return replies
 

@@ -30,9 +30,9 @@ class Upkeep(QueueState):
         adopts (at most :data:`ADOPTED_REQUEUE_BATCHES` batches each per pass), dead-lettering
         those at their max deliveries; then the lifecycle sweep: TTL expiry, retention ends,
         orphaned records."""
-        self._check_attached()
+        self.check_attached()
         requeued = stale = dead = 0
-        for index in [self._local, *self._adopted()]:
+        for index in [self.local_index, *self.adopted_shards()]:
             batches = 0
             while True:
                 result = yield from self._write_one(
@@ -42,7 +42,7 @@ class Upkeep(QueueState):
                 stale += int(result[1])
                 dead += int(result[3])
                 batches += 1
-                if not int(result[2]) or (index != self._local
+                if not int(result[2]) or (index != self.local_index
                                           and batches >= ADOPTED_REQUEUE_BATCHES):
                     break
         yield from self._sweep()
@@ -74,7 +74,7 @@ class Upkeep(QueueState):
             validate.message_id(i)
             for i in validate.listed("redrive takes a list of ids (or None for all)", ids,
                                      single=(Message,))]
-        self._check_attached()
+        self.check_attached()
         moved = 0
         if chosen is not None:
             for i in range(0, len(chosen), SCRIPT_BATCH):
@@ -90,7 +90,7 @@ class Upkeep(QueueState):
                 return moved
 
     def purge_dead(self) -> Op[int]:
-        self._check_attached()
+        self.check_attached()
         keys = [self.keys.dead, self.keys.dead_info]
         purged = 0
         while True:
@@ -100,17 +100,17 @@ class Upkeep(QueueState):
                 return purged
 
     def clear(self) -> Op[None]:
-        self._check_open()
+        self.check_open()
         # The stored policy is configuration, not data: it stays (see delete_policy).
         keys = [self.keys.group_head, self.keys.group_line_base,
                 *(k for k in self.keys.every_key() if k != self.keys.policy)]
         yield from self._script("clear", keys[0], "clear", keys, [])
         if self.zones is not None:
-            yield from self._guard("clear", keys[0], self.zones.forget(self.name))
+            yield from self.guard("clear", keys[0], self.zones.forget(self.name))
 
     def stored_policy(self) -> Op[QueuePolicy | None]:
-        self._check_attached()
-        # guarded, not _guard: no first-call policy check (this process's may be the old one)
+        self.check_attached()
+        # guarded, not guard: no first-call policy check (this process's may be the old one)
         raw = yield from guarded("stored_policy", self.keys.policy, self.sender.command(
             QUORUM, "GET", self.keys.policy))
         return None if raw is None else QueuePolicy.from_json(raw)
@@ -118,9 +118,9 @@ class Upkeep(QueueState):
     def delete_policy(self) -> Op[bool]:
         """Delete the stored policy (delete_policy.lua); this process, if it was given a
         policy, stores it again at its next call, as at its first."""
-        self._check_attached()
+        self.check_attached()
         key = self.keys.policy
-        # guarded, not _guard: no first-call check (it would store the policy to delete)
+        # guarded, not guard: no first-call check (it would store the policy to delete)
         reply = yield from guarded("delete_policy", key, self.sender.script(
             QUORUM, "delete_policy", [key, self.keys.message_hash, self.keys.dead], [],
             idempotent=True))
@@ -129,13 +129,13 @@ class Upkeep(QueueState):
                 f"queue {self.name!r} holds messages and its stored policy "
                 f"{QueuePolicy.from_json(reply[1])} decides where they wait (strict_priority "
                 f"or partitions); clear or drain the queue before deleting its policy")
-        self._policy_checked = self.policy is None
+        self.policy_checked = self.policy is None
         return bool(int(reply))
 
     def set_policy(self, policy: QueuePolicy) -> Op[QueuePolicy | None]:
         if not isinstance(policy, QueuePolicy):
             raise InvalidArgumentError(f"policy must be a QueuePolicy, got {policy!r:.80}")
-        self._check_attached()
+        self.check_attached()
         layout = 1 if self.policy is None else self.policy.partitions
         if not self.keys.tag and layout == 1 and policy.partitions != 1:
             raise ConfigurationError(
@@ -149,5 +149,5 @@ class Upkeep(QueueState):
                 f"queue {self.name!r}: strict_priority cannot change on a live queue (stored "
                 f"{previous}); drain it into a new queue instead")
         # This process now asks for the new policy: its first-call check agrees with it.
-        self.policy, self._policy_checked = policy, True
+        self.policy, self.policy_checked = policy, True
         return previous
