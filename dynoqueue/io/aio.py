@@ -23,16 +23,9 @@ from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, DeadlinePassed, seconds_left
 from ..core.queue import QueueCore
 from .batching import Batcher, wait_failed
-from .common import (
-    Doorbells,
-    answered_here,
-    endpoint_of,
-    filled_pipeline,
-    outcomes,
-    replica_node,
-    slot_map,
-    typed,
-)
+from .cluster import endpoint_of, replica_node, slot_map
+from .common import answered_here, filled_pipeline, outcomes, typed
+from .doorbells import Doorbells
 from .task_doorbell import TaskDoorbell
 
 T = TypeVar("T")

@@ -30,7 +30,9 @@ from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
 from . import common
-from .common import Doorbells, answered_here, endpoint_of
+from .cluster import endpoint_of, replica_node, slot_map
+from .common import answered_here
+from .doorbells import Doorbells
 from .pinned import BIG_SEND, Pin, can_poll
 from .thread_doorbell import ThreadDoorbell
 
@@ -140,7 +142,7 @@ class SyncDriver:
     def _send(self, request: rq.Command) -> Any:
         client = self._clients[request.role]
         if request.replica_of is not None:
-            client = client.get_redis_connection(common.replica_node(client, request.replica_of))
+            client = client.get_redis_connection(replica_node(client, request.replica_of))
         elif request.role in self._pinnable and request.args[0] in _SCRIPT_CALLS:
             return self._script_call(request.role, client, request.args, request.head)
         return client.execute_command(*request.args)
@@ -193,7 +195,7 @@ class SyncDriver:
         if request.role in self._pinnable:
             pin = self._pin(request.role, client)
             return self._receive(pin, request.commands, self._send_batch(pin, request.commands))
-        if common.slot_map(client) is not None:
+        if slot_map(client) is not None:
             return self._cluster_batch(request.role, client, request.commands)
         pipe = common.filled_pipeline(client, [command.args for command in request.commands])
         return common.outcomes(pipe.execute(raise_on_error=False))
@@ -287,7 +289,7 @@ class SyncDriver:
         return list(self._clients[request.role].hscan_iter(request.key, count=request.count))
 
     def _refresh(self, request: rq.RefreshSlots) -> None:
-        manager = common.slot_map(self._clients[request.role])
+        manager = slot_map(self._clients[request.role])
         if manager is not None:  # a Cluster client
             with contextlib.suppress(RedisError, RedisClusterException):
                 manager.initialize()

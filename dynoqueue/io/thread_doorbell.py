@@ -14,7 +14,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from ..core import doorbell as bell
 from ..core import requests as rq
-from .common import DoorbellBase, Sharded, lacks_sharded, sharded
+from .doorbells import DoorbellBase, Sharded, lacks_sharded, sharded
 
 
 class ThreadDoorbell(DoorbellBase):
