@@ -20,7 +20,7 @@ from .failures import timed_out
 from .replies import Claim, leased
 from .requests import QUORUM, BellState, Budget, Cancelled, Op, Ticket, WaitBell
 from .schedules import Scheduling, chain_ticks
-from .state import (
+from .shared import (
     LATE,
     LIMITED,
     MATCH_PAGE_BYTES,

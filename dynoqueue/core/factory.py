@@ -26,7 +26,7 @@ from .partitions import PartitionedCore
 from .preflight import EVICTED, ServerCheck
 from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op
-from .state import no_events
+from .shared import no_events
 from .zones import ZoneWatch
 
 log = logging.getLogger("dynoqueue.queues")

@@ -5,7 +5,7 @@ throws in at one of its yields leaves it as an :class:`~dynoqueue.errors.AccessD
 :class:`~dynoqueue.errors.CallTimeoutError`, a :class:`~dynoqueue.errors.ConnectionFailedError`
 (naming the endpoint), a :class:`~dynoqueue.errors.DynomiteError` or a
 :class:`~dynoqueue.errors.RedisOperationError` naming the operation and its key. Used by the
-queue's operations (:mod:`dynoqueue.core.state` guards each call), the zone registry
+queue's operations (:mod:`dynoqueue.core.shared` guards each call), the zone registry
 (:mod:`dynoqueue.core.zones`) and the factory (:mod:`dynoqueue.core.factory`).
 """
 

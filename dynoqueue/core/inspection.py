@@ -11,7 +11,7 @@ from ..model.message import Message, as_text
 from ..model.states import DeadLetter, MessageInfo, MessageState
 from . import replies
 from .requests import QUORUM, READ, Op
-from .state import MATCH_PAGE_IDS, QueueState
+from .shared import MATCH_PAGE_IDS, QueueState
 
 #: QueueKeys.lifecycle_keys() starts with this many keys that are not per shard.
 _FIXED_LIFE_KEYS = 16

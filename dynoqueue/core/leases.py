@@ -9,7 +9,7 @@ from ..errors import InvalidArgumentError, RedisOperationError
 from ..model import validate
 from ..model.message import Message
 from .requests import QUORUM, Op
-from .state import QueueState
+from .shared import QueueState
 
 #: Attempts of postpone and set_timeout while another writer keeps changing the message.
 _SET_TIMEOUT_ATTEMPTS = 5

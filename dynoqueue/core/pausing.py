@@ -11,7 +11,7 @@ doorbell, so waiting pops claim at once. A partitioned queue pauses each partiti
 from __future__ import annotations
 
 from .requests import QUORUM, Op
-from .state import QueueState
+from .shared import QueueState
 
 
 class Pausing(QueueState):

@@ -10,7 +10,7 @@ from ..model import validate
 from ..model.message import Message
 from .replies import ids_pushed
 from .requests import QUORUM, Command, Merge, Op
-from .state import SCRIPT_BATCH, QueueState
+from .shared import SCRIPT_BATCH, QueueState
 
 #: How concurrent pushes join into one push.lua call: its arguments are now and mode, then 9
 #: per message; its reply is now, then a flag per message.

@@ -11,7 +11,7 @@ The operations are grouped by what they do, one module each, as redis-py groups 
 in mixins: :mod:`~dynoqueue.core.produce`, :mod:`~dynoqueue.core.consume`,
 :mod:`~dynoqueue.core.leases`, :mod:`~dynoqueue.core.inspection`,
 :mod:`~dynoqueue.core.upkeep` and :mod:`~dynoqueue.core.pausing`, over what they share
-(:mod:`~dynoqueue.core.state`: the state, the checks, the guarded calls);
+(:mod:`~dynoqueue.core.shared`: the state, the checks, the guarded calls);
 :mod:`~dynoqueue.core.sender` is the send path and :mod:`~dynoqueue.core.replies` the reply
 decoding.
 """
@@ -30,7 +30,7 @@ from .upkeep import Upkeep
 class QueueCore(Producing, Consuming, Leasing, Inspecting, Upkeep, Scheduling, Pausing):
     """The operations of one queue over all shards (the logic behind both DynoQueue classes).
 
-    Constructed as :class:`~dynoqueue.core.state.QueueState` (same arguments and errors); each
+    Constructed as :class:`~dynoqueue.core.shared.QueueState` (same arguments and errors); each
     base class adds one group of operations over that shared state.
     """
 

@@ -38,7 +38,7 @@ from ..model.keys import scheduled_queues
 from ..model.message import Message, as_text
 from ..model.schedules import Schedule, new_schedule, plan, ticks_from
 from .requests import QUORUM, Op
-from .state import SCRIPT_BATCH, QueueState
+from .shared import SCRIPT_BATCH, QueueState
 
 log = logging.getLogger("dynoqueue.queue")
 

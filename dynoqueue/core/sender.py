@@ -5,7 +5,7 @@ settings say so) and yields it as a request (:mod:`dynoqueue.core.requests`); it
 a retry can recover and nothing else: a server that lacks a script is sent its text, Dynomite's
 own error replies are retried for idempotent calls, a Cluster write is re-routed after a
 failover, and a write awaits its quorum (``WAIT``). Typed errors and the first-call checks are
-the caller's (:mod:`dynoqueue.core.state`).
+the caller's (:mod:`dynoqueue.core.shared`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ..model.message import Message
 from ..model.states import QueuePolicy
 from .failures import guarded
 from .requests import QUORUM, Op
-from .state import SCRIPT_BATCH, QueueState
+from .shared import SCRIPT_BATCH, QueueState
 
 log = logging.getLogger("dynoqueue.queue")
 

@@ -9,6 +9,6 @@ uvicorn), built on :mod:`dynoqueue.asyncio`.
 """
 
 from .app import create_app
-from .state import ServerSettings
+from .context import ServerSettings
 
 __all__ = ["ServerSettings", "create_app"]

@@ -29,9 +29,9 @@ from starlette.routing import Route
 from ..errors import AccessDeniedError, DynoQueueError, QueueClosedError, RedisOperationError
 from ..metrics import ReadCost, SnapshotCollector, read_stats_async
 from . import camellia, dashboard, youzan
+from .context import ServerSettings, ServerState
 from .http import JSON, BadRequest
 from .openapi import spec
-from .state import ServerSettings, ServerState
 
 log = logging.getLogger("dynoqueue.server")
 

@@ -30,8 +30,8 @@ from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageInfo, MessageState
 from ..model.validate import MAX_COUNT, MAX_MS
+from .context import ServerState
 from .http import JSON, BadRequest, boolean, client_of, headers_field, integer, params, text
-from .state import ServerState
 
 PREFIX = "/camellia/delayQueue"
 #: Most messages one pull may ask for.

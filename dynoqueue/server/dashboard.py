@@ -27,9 +27,9 @@ from ..metrics.placement import Placement, placements
 from ..metrics.stats import QueueStats, read_stats_async
 from ..model.schedules import schedule_fields
 from ..model.states import QueuePolicy
+from .context import ServerState
 from .http import JSON, BadRequest, json_body
 from .page import PAGE
-from .state import ServerState
 
 #: Most dead letters one page shows.
 MAX_DEAD = 500

@@ -22,7 +22,7 @@ from ..model.message import DEFAULT_MAX_PAYLOAD_BYTES
 from ..model.states import MessageState
 from ..model.validate import MAX_MS
 from .camellia import MAX_BATCH, MAX_RETRY, PREFIX
-from .state import ServerSettings
+from .context import ServerSettings
 from .youzan import MAX_SECONDS, PATH
 
 

@@ -24,8 +24,8 @@ from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageState
 from ..model.validate import MAX_MS
+from .context import ServerState
 from .http import JSON, BadRequest, client_of, json_body
-from .state import ServerState
 
 PATH = "/youzan/delayQueue"
 #: Largest delay and TTR, seconds (their milliseconds are at most MAX_MS, 100 years).
