@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from .core.factory import QueueBase
+from .core.facade import QueueBase
 from .core.layout import AnyCore
 from .core.requests import Op
 from .io.sync import SyncDriver

@@ -2,7 +2,7 @@
 
 The sync :class:`dynoqueue.RedisQueues` and :class:`dynoqueue.asyncio.RedisQueues` subclass
 :class:`QueuesBase` and add only their driver, their reprocessor (a thread or a task) and the
-sync or async spelling of close; :class:`QueueBase` is the same for the two DynoQueue classes.
+sync or async spelling of close (the two DynoQueue classes' base: core/facade.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar, Unpack, cast
+from typing import Any, Generic, TypeVar, Unpack
 
 from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import QueueKeys, check_name, check_queue_name, scheduled_queues
@@ -20,6 +20,7 @@ from ..model.message import as_text
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
 from ..model.states import QueuePolicy
+from .facade import QueueBase
 from .failures import guarded
 from .layout import AnyCore, Discovering, open_core
 from .partitions import PartitionedCore
@@ -31,47 +32,7 @@ from .zones import ZoneWatch
 
 log = logging.getLogger("dynoqueue.queues")
 
-Q = TypeVar("Q", bound="QueueBase")
-
-
-class QueueBase:
-    """The attributes of one queue façade; every call goes to its :class:`QueueCore`.
-
-    Attributes:
-        name: the queue name.
-        unack_timeout_ms: the lease a pop takes on each message, in milliseconds.
-        shards: all shard names. ``local_shard``: the shard pops and peeks act on.
-        keys: the queue's Redis key names (:class:`dynoqueue.model.keys.QueueKeys`).
-    """
-
-    def __init__(self, core: AnyCore) -> None:
-        #: The core this façade's calls run on: replaced by the one the stored policy names
-        #: once a Discovering core has read it (see :meth:`_found`). Typed as QueueCore: the
-        #: other two have its operations, with the same arguments and results.
-        self._core = cast(QueueCore, core)
-        self.name = core.name
-        self.keys = core.keys
-        self.shards = core.shards
-        self.local_shard = core.local_shard
-        self.unack_timeout_ms = core.unack_timeout_ms
-
-    def _found(self, core: AnyCore) -> None:
-        """Run this façade's calls on ``core`` (the layout its Discovering core found)."""
-        self._core = cast(QueueCore, core)
-
-    def _bell_cores(self) -> list[Any]:
-        """The cores whose doorbells a close stops (a Discovering core may have served calls
-        through two)."""
-        core: Any = self._core
-        return core.cores() if isinstance(core, Discovering) else [core]
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` (or the factory's close) was called."""
-        return self._core.closed
-
-    def __repr__(self) -> str:
-        return repr(self._core)
+Q = TypeVar("Q", bound=QueueBase)
 
 
 class QueuesBase(Generic[Q]):
