@@ -1,0 +1,1 @@
+"""Celery apps the kombu transport tests run in real ``celery worker`` processes."""
