@@ -77,6 +77,8 @@ LAYER_OF = {
     "dynoqueue.demo": "product",
     "dynoqueue.spark": "product",
     "dynoqueue.tracing": "product",
+    "dynoqueue.kombu": "product",
+    "dynoqueue.dramatiq": "product",
 }
 
 #: The product a product-layer module belongs to (for sideways edges): its first part below
