@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_spark_demo(commands: Any) -> None:
-    # Light import: dynoqueue.spark.cli imports pyspark only when the command runs.
-    from .spark.cli import add_parser
+    # Light import: dynoqueue.demo.spark_cli imports pyspark only when the command runs.
+    from .demo.spark_cli import add_parser
 
     add_parser(commands)
 

@@ -73,7 +73,6 @@ LAYER_OF = {
     "dynoqueue.cli": "product",
     "dynoqueue.__main__": "product",
     "dynoqueue.embedded": "product",
-    "dynoqueue.flights": "product",
     "dynoqueue.demo": "product",
     "dynoqueue.spark": "product",
     "dynoqueue.tracing": "product",
@@ -92,17 +91,14 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 ALLOWED_SIDEWAYS: dict[tuple[str, str], str] = {
     # The CLI layer is the one front end: it dispatches to each product's subcommands.
     ("ops", "demo"): "the CLI runs 'dynoqueue demo'",
-    ("ops", "spark"): "the CLI runs 'dynoqueue spark-demo' (spark/cli.py adds its parser)",
     ("ops", "server"): "'dynoqueue serve' starts the HTTP server",
     ("ops", "metrics"): "'dynoqueue stats' prints the metrics' read",
     ("ops", "embedded"): "'dynoqueue dev' runs a local topology in the foreground",
     # Built on another product:
     ("metrics", "worker"): "WorkerMetrics is a WorkerHooks (metrics/counters.py)",
     ("server", "metrics"): "the server serves the metrics' reads and Prometheus endpoint",
-    ("demo", "embedded"): "the demo starts its own zone ring of redis-servers",
-    ("spark", "embedded"): "the Spark demo starts its own redis-server",
-    ("demo", "flights"): "dynoqueue demo replays the 2013 NYC flights and prints with them",
-    ("spark", "flights"): "the Spark demo reads the same flights and prints the same way",
+    ("demo", "embedded"): "the demos start their own redis-servers",
+    ("demo", "spark"): "the Spark demo runs on the dynoqueue data source",
 }
 
 #: Cycles allowed: frozenset of the modules in the cycle -> why.

@@ -23,12 +23,12 @@ The package has one module per concept: :mod:`~dynoqueue.demo.options` (how to r
 :mod:`~dynoqueue.demo.topology` (where the zones run), :mod:`~dynoqueue.demo.run` (the run),
 :mod:`~dynoqueue.demo.books` (its books of every message), :mod:`~dynoqueue.demo.report` (the
 report made from them) and :mod:`~dynoqueue.demo.render` (how it is printed); the data (the
-flights, the reminders, time compression) and the shared printers are :mod:`dynoqueue.flights`,
+flights, the reminders, time compression) and the shared printers are :mod:`dynoqueue.demo`,
 which the Spark demo uses too. Use :func:`load_reminders` and :func:`run_demo` from Python; the
 ``dynoqueue demo`` command (:mod:`dynoqueue.cli`) wraps them and prints :func:`render_report`.
 """
 
-from ..flights.data import (
+from .flights import (
     AIRPORT_ZONES,
     DATA_YEAR,
     DEFAULT_DAY,
@@ -47,8 +47,8 @@ from ..flights.data import (
     parse_day,
     schedule_offsets_ms,
 )
-from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
 from .options import DEFAULT_DURATION_S, DemoOptions
+from .printing import Invariant, mark_nonzero, print_header, print_invariants
 from .render import render_report
 from .report import ApiCall, CrashInfo, DemoReport, Lateness, ZoneStats
 from .run import run_demo

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .. import Message, RoundRobinStrategy
-from ..flights.data import Reminder
+from .flights import Reminder
 
 log = logging.getLogger("dynoqueue.demo")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from ..errors import InvalidArgumentError
-from ..flights.data import DEFAULT_DAY, ZONES, parse_day
+from .flights import DEFAULT_DAY, ZONES, parse_day
 
 #: The default wall time, in seconds, over which one day's reminders fall due.
 DEFAULT_DURATION_S = 20.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..flights.data import AIRPORT_ZONES
-from ..flights.printing import mark_nonzero, print_header, print_invariants
+from .flights import AIRPORT_ZONES
+from .printing import mark_nonzero, print_header, print_invariants
 from .report import CrashInfo, DemoReport
 
 #: The file whose code makes the calls the report's "what the demo did" section names.

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
-from ..flights.data import AIRPORT_ZONES, QUEUE_NAME, ZONES, Reminder
-from ..flights.printing import Invariant
 from .books import Tracker
+from .flights import AIRPORT_ZONES, QUEUE_NAME, ZONES, Reminder
 from .options import DemoOptions
+from .printing import Invariant
 from .topology import Topology
 
 

@@ -43,7 +43,11 @@ from .. import (
     Worker,
 )
 from ..errors import DynoQueueError, InvalidArgumentError, QuorumNotReachedError
-from ..flights.data import (
+from ..model.clock import system_clock_ms
+from ..model.keys import PrefixKeys
+from ..worker import WorkerHooks
+from .books import RecordingRoundRobin, Tracker
+from .flights import (
     QUEUE_NAME,
     ZONES,
     Reminder,
@@ -51,10 +55,6 @@ from ..flights.data import (
     load_reminders,
     schedule_offsets_ms,
 )
-from ..model.clock import system_clock_ms
-from ..model.keys import PrefixKeys
-from ..worker import WorkerHooks
-from .books import RecordingRoundRobin, Tracker
 from .options import DemoOptions
 from .report import DemoReport, build_report
 from .topology import Topology, open_topology

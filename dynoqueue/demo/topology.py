@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from ..flights.data import ZONES
+from .flights import ZONES
 from .options import DemoOptions
 
 

@@ -3,7 +3,7 @@
 Importing this package is light: it does not import pyspark. The names below are loaded on
 first use: :func:`register` and :func:`check_format` (from :mod:`dynoqueue.spark.source`, the
 data source, which imports pyspark) and :func:`local_session` (:mod:`dynoqueue.spark.session`).
-The demo lives in :mod:`dynoqueue.spark.demo`.
+The demo lives in :mod:`dynoqueue.demo.spark_run`.
 """
 
 from __future__ import annotations

