@@ -21,6 +21,7 @@ from .errors import (
     RedisServerStartError,
 )
 from .model.message import Message
+from .model.policy import QueuePolicy, RateLimit
 from .model.sharding import (
     LocalOnlyStrategy,
     RoundRobinStrategy,
@@ -30,7 +31,7 @@ from .model.sharding import (
     StaticShardSupplier,
     ZoneShardSupplier,
 )
-from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, RateLimit
+from .model.states import DeadLetter, MessageInfo, MessageState
 from .queue import DynoQueue
 from .queues import RedisQueues
 from .worker import Backoff, DeadLetterNow, Retry, Worker

@@ -17,8 +17,9 @@ from .core.layout import AnyCore
 from .core.requests import Op
 from .io.sync import SyncDriver
 from .model.message import Message
+from .model.policy import QueuePolicy
 from .model.schedules import Schedule
-from .model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from .model.states import DeadLetter, MessageInfo, MessageState
 
 T = TypeVar("T")
 

@@ -20,7 +20,8 @@ sync and an async client share a queue.
 """
 
 from ..model.message import Message
-from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy, RateLimit
+from ..model.policy import QueuePolicy, RateLimit
+from ..model.states import DeadLetter, MessageInfo, MessageState
 from ..worker.tasks import Worker
 from .queue import DynoQueue
 from .queues import RedisQueues

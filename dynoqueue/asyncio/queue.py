@@ -15,8 +15,9 @@ from ..core.layout import AnyCore
 from ..core.requests import Op
 from ..io.aio import AsyncDriver
 from ..model.message import Message
+from ..model.policy import QueuePolicy
 from ..model.schedules import Schedule
-from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from ..model.states import DeadLetter, MessageInfo, MessageState
 from ..queue import DynoQueue as SyncDynoQueue
 
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from ..core.factory import QueuesBase
 from ..core.listing import queue_names
 from ..core.requests import Step
 from ..io.aio import AsyncDriver
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 from ..queues import RedisQueues as SyncRedisQueues
 from .queue import DynoQueue
 

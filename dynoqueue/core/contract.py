@@ -23,8 +23,9 @@ from .requests import Op
 
 if TYPE_CHECKING:
     from ..model.message import Message
+    from ..model.policy import QueuePolicy
     from ..model.schedules import Schedule
-    from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+    from ..model.states import DeadLetter, MessageInfo, MessageState
 
 
 class QueueOperations(Protocol):

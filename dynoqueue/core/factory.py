@@ -17,9 +17,9 @@ from typing import Any, Generic, TypeVar, Unpack
 from ..errors import ConfigurationError, QueueClosedError
 from ..model.keys import QueueKeys, check_name, check_queue_name, scheduled_queues
 from ..model.message import as_text
+from ..model.policy import QueuePolicy
 from ..model.settings import QueueOptions, QueueSettings
 from ..model.sharding import ShardSupplier
-from ..model.states import QueuePolicy
 from .facade import QueueBase
 from .failures import guarded
 from .layout import AnyCore, Discovering, open_core

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..model.message import Message
+from ..model.policy import QueuePolicy
 from ..model.settings import QueueSettings
-from ..model.states import QueuePolicy
 from .contract import OPERATIONS, QueueOperations
 from .failures import guarded
 from .partitions import PartitionedCore

@@ -30,9 +30,10 @@ from ..errors import ConfigurationError, InvalidArgumentError
 from ..model import validate
 from ..model.message import Message
 from ..model.partitions import partition_of, partition_of_message, partition_tags
+from ..model.policy import QueuePolicy
 from ..model.schedules import Schedule
 from ..model.settings import QueueSettings
-from ..model.states import DeadLetter, MessageInfo, MessageState, QueuePolicy
+from ..model.states import DeadLetter, MessageInfo, MessageState
 from . import schedules
 from .consume import WaitingPop
 from .failures import guarded

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, QueueClosedError
 from ..model import validate
 from ..model.keys import QueueKeys
+from ..model.policy import QueuePolicy
 from ..model.settings import QueueSettings
-from ..model.states import QueuePolicy
 from .failures import guarded
 from .preflight import ServerCheck
 from .requests import QUORUM, Merge, Op

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..model import validate
 from ..model.message import Message
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 from .failures import guarded
 from .requests import QUORUM, Op
 from .shared import SCRIPT_BATCH, QueueState

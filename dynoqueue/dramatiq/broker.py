@@ -24,7 +24,7 @@ from dramatiq.middleware import Middleware
 
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..model.partitions import MAX_PARTITIONS
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 from ..model.validate import MAX_EPOCH_MS, MAX_MS, is_int
 from ..queue import DynoQueue
 from ..queues import RedisQueues

@@ -17,9 +17,9 @@ from ..connect import DEFAULT_KEY_PREFIX
 from ..errors import ConfigurationError
 from ..model.keys import check_name
 from ..model.partitions import MAX_PARTITIONS
+from ..model.policy import DEFAULT_DEAD_LETTER_RETENTION_MS, QueuePolicy
 from ..model.settings import MAX_PAYLOAD_LIMIT, REPLY_SPIN_US_MAX
 from ..model.sharding import LocalOnlyStrategy
-from ..model.states import DEFAULT_DEAD_LETTER_RETENTION_MS, QueuePolicy
 
 #: Options that kombu itself or its virtual transports read (connection retries, body
 #: encoding, the undeliverable-message queue); accepted and left to kombu.

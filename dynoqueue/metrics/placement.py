@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from ..model.keys import QueueKeys
 from ..model.partitions import partition_keys
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from ..core.requests import READ, Op, Pipeline
 from ..errors import AccessDeniedError, RedisOperationError
 from ..model.keys import QueueKeys
 from ..model.partitions import partition_keys
+from ..model.policy import QueuePolicy, readable_policy, stored_partitions
 from ..model.schedules import Schedule
-from ..model.states import QueuePolicy, readable_policy, stored_partitions
 from .names import WAITING_BUCKETS
 
 #: Commands per queue and shard in the pipeline (ZCARD, ZCOUNT ready, oldest, ZCARD unack,

@@ -14,8 +14,8 @@ from typing import TypedDict, Unpack
 from ..errors import ConfigurationError
 from .keys import check_key_part, check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
+from .policy import QueuePolicy
 from .sharding import RoundRobinStrategy, ShardingStrategy, ShardSupplier
-from .states import QueuePolicy
 from .validate import count, int_at_least, ms
 
 #: Largest max_payload_bytes: Redis' largest string (proto-max-bulk-len), 512 MiB.
@@ -42,7 +42,7 @@ class QueueOptions(TypedDict, total=False):
             Redis Cluster.
         doorbell: scripts PUBLISH a doorbell that wakes waiting pops (a bool; default True;
             False for servers without pub/sub, such as Dynomite).
-        policy: the :class:`~dynoqueue.model.states.QueuePolicy` of every queue of the factory
+        policy: the :class:`~dynoqueue.model.policy.QueuePolicy` of every queue of the factory
             (max deliveries, TTL, retention); None (default): whatever each queue has stored,
             else dyno-queues' behaviour (no limits).
         eval_scripts: send each script's text (EVAL), not its SHA1 (default False; True for

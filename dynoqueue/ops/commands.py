@@ -16,8 +16,9 @@ from ..metrics.placement import Placement, placements
 from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
 from ..model.message import as_text
+from ..model.policy import QueuePolicy, RateLimit
 from ..model.schedules import schedule_fields
-from ..model.states import MessageInfo, QueuePolicy, RateLimit
+from ..model.states import MessageInfo
 from . import render
 from .session import (
     EXIT_NOT_FOUND,

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 
 
 def emit_json(value: Any) -> None:

@@ -22,7 +22,7 @@ from ..errors import ConfigurationError, DynoQueueError
 from ..metrics import QueueMetrics
 from ..metrics.stats import list_queues_async
 from ..model.keys import check_queue_name, youzan_index
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 from ..model.validate import MAX_COUNT, MAX_MS, int_at_least
 from .http import BadRequest
 from .longpoll import LongPolls

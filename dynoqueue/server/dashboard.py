@@ -25,8 +25,8 @@ from starlette.routing import Route
 from ..metrics.names import WAITING_BUCKETS, bucket_label, bucket_title
 from ..metrics.placement import Placement, placements
 from ..metrics.stats import QueueStats, read_stats_async
+from ..model.policy import QueuePolicy
 from ..model.schedules import schedule_fields
-from ..model.states import QueuePolicy
 from .context import ServerState
 from .http import JSON, BadRequest, json_body
 from .page import PAGE

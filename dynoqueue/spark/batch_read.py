@@ -30,7 +30,8 @@ from ..errors import InvalidMessageError
 from ..model.keys import QueueKeys
 from ..model.message import Message, as_text
 from ..model.partitions import partition_keys
-from ..model.states import decode_record, stored_partitions
+from ..model.policy import stored_partitions
+from ..model.states import decode_record
 from .options import SourceOptions, connected
 from .redis_errors import redis_errors, server_ms
 from .rows import UNACKED, WAITING, timestamp

@@ -22,7 +22,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ..errors import InvalidMessageError
 from ..model.message import Message, as_text
 from ..model.partitions import partition_keys
-from ..model.states import decode_record, stored_partitions
+from ..model.policy import stored_partitions
+from ..model.states import decode_record
 from .batch_read import LOOKUP_CHUNK, rank_ranges
 from .options import SourceOptions, connected
 from .redis_errors import redis_errors

@@ -18,7 +18,7 @@ from ..connect.urls import redact_url
 from ..errors import ConfigurationError
 from ..model.keys import check_key_part, check_name, check_queue_name
 from ..model.partitions import MAX_PARTITIONS
-from ..model.states import QueuePolicy
+from ..model.policy import QueuePolicy
 from ..model.validate import int_at_least
 from ..queues import RedisQueues
 
