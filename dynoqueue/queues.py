@@ -18,13 +18,15 @@ from typing import Any, Unpack
 from redis.cluster import RedisCluster
 
 from .connect import builders
-from .core.calls import outcome
+from .core import stats as stats_read
+from .core.calls import outcome, run
 from .core.factory import QueuesBase
 from .core.listing import queue_names
 from .core.requests import Step
 from .io.sync import SyncDriver
 from .model.settings import QueueOptions
 from .model.sharding import ShardSupplier
+from .model.stats import QueueStats, ReadCost
 from .queue import DynoQueue
 
 log = logging.getLogger("dynoqueue.queues")
@@ -174,6 +176,47 @@ class RedisQueues(QueuesBase[DynoQueue]):
             QueueClosedError: the factory was closed.
         """
         return self._driver.run(self._ping())
+
+    def stats(self, names: Sequence[str] | None = None, *,
+              cost: ReadCost | None = None) -> list[QueueStats]:
+        """What each queue holds right now, per shard: waiting (ready and delayed), leased,
+        dead, the oldest ready message's age, delayed messages by time until due, and the
+        queue's stored policy, schedules and pause flag. A read of every queue in a bounded
+        number of round trips, whoever opened it (see :mod:`dynoqueue.core.stats` for the
+        cost): the TIME and stored policies in one pipeline, the counts in another; nothing is
+        written. A partitioned queue's (``QueuePolicy(partitions=n)``) counts are summed over
+        its partitions, shard by shard, each partition's kept in ``partitions``. What the
+        metrics' gauges, ``dynoqueue stats`` / ``top`` and the server's ``/api/queues`` and
+        dashboard show. Mirrors Camellia's monitor (``waitingQueueInfo`` buckets included) and
+        SQS ``GetQueueAttributes``' counts (``ApproximateNumberOfMessages`` = ready,
+        ``...Delayed`` = delayed, ``...NotVisible`` = leased); dyno-queues' ``shardSizes``
+        per queue.
+
+        Args:
+            names: the queues to read, in the order wanted; None: every queue under the key
+                prefix, found with a SCAN (on a Cluster, of every primary), in the queue
+                registry, or opened by this factory.
+            cost: a :class:`~dynoqueue.model.stats.ReadCost` to fill with the round trips,
+                commands and seconds (s) this read cost (what the metrics export per scrape).
+
+        Returns:
+            One :class:`~dynoqueue.model.stats.QueueStats` per queue, in the order of
+            ``names`` (sorted by name when listed); a name with nothing in Redis reads as
+            zeros. ``[]`` for no names (and no request).
+
+        Raises:
+            InvalidArgumentError: ``names`` is a string instead of a sequence of names.
+            ConfigurationError: a name a queue cannot have (before any request).
+            AccessDeniedError: a wrong password, unknown user or missing ACL permission
+                (SCAN when listing, the reads).
+            CallTimeoutError: the read outlasted ``call_timeout_ms``.
+            RedisOperationError: Redis failed or cannot be reached (operation ``stats``).
+        """
+        cost = ReadCost() if cost is None else cost
+        started = time.perf_counter()
+        if names is None:
+            names = run(stats_read.listing(self, cost))
+        return self._driver.run(stats_read.measure(self, names, cost, started))
 
     def close(self) -> None:
         """Stop and join the unack reprocessor, close every queue, then the connections a

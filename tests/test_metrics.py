@@ -5,6 +5,7 @@ shards costs a fixed number of round trips, the exposition carries the documente
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 import urllib.request
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dynoqueue import (
     AccessDeniedError,
     CallTimeoutError,
+    InvalidArgumentError,
     Message,
     QueuePolicy,
     RedisQueues,
@@ -29,6 +31,7 @@ from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
 from dynoqueue.embedded import RedisServer, free_port
 from dynoqueue.metrics import (
     QueueMetrics,
+    QueueStats,
     QueueStatsCollector,
     ReadCost,
     WorkerMetrics,
@@ -450,3 +453,69 @@ def test_a_user_who_may_not_scan_gets_access_denied_when_listing(
     assert caught.value.operation == "stats"
     (stats,) = _read(api, url, prefix, ["named"])
     assert (stats.queue, stats.dead, stats.total("waiting")) == ("named", 0, 0)
+
+
+def _still(stats: QueueStats) -> QueueStats:
+    """``stats`` without the oldest ready ages, which grow between two reads (checked apart)."""
+    return dataclasses.replace(
+        stats, partitions=[_still(p) for p in stats.partitions],
+        shards=[dataclasses.replace(s, oldest_ready_age_ms=0) for s in stats.shards])
+
+
+def test_the_factory_stats_call_is_what_read_stats_returns_on_both_apis(
+        queues: RedisQueues, redis_server: RedisServer) -> None:
+    """RedisQueues.stats() and the asyncio factory's awaited stats() return what read_stats
+    (and read_stats_async) return, for a plain queue and a partitioned one (its counts summed
+    over its partitions), named or listed, at the same cost in round trips and commands."""
+    names = ["plain", "split"]
+    for name, policy in zip(names, [None, QueuePolicy(partitions=3)], strict=True):
+        q = queues.get(name, policy)
+        q.push([Message(f"r{i}", "x") for i in range(12)]  # ready
+               + [Message(f"d{i}", "x", timeout=ms) for i, ms in enumerate(
+                   [90_000, 3 * 3600_000, 2 * 86_400_000])])  # delayed, far from a bucket edge
+        leased = q.unsafe_pop_all_shards(4)
+        assert len(leased) == 4 and q.dead_letter(leased[0].id, "poison")
+    expected = read_stats(queues, names)
+    plain, split = expected
+    assert not plain.partitions and [p.partition for p in split.partitions] == [0, 1, 2]
+    assert ((split.total("waiting"), split.total("ready"), split.total("delayed"),
+             split.total("leased"), split.dead)
+            == (11, 8, 3, 3, 1)
+            == (plain.total("waiting"), plain.total("ready"), plain.total("delayed"),
+                plain.total("leased"), plain.dead))
+    assert split.total("waiting") == sum(p.total("waiting") for p in split.partitions)
+    assert split.policy == QueuePolicy(partitions=3) and plain.policy is None
+
+    def same(found: list[QueueStats]) -> None:
+        assert [_still(s) for s in found] == [_still(s) for s in expected]
+        for got, want in zip(found, expected, strict=True):  # ready for a few ms: ages close
+            assert 0 < want.oldest_ready_age_ms <= got.oldest_ready_age_ms < \
+                want.oldest_ready_age_ms + 5_000
+
+    costs = [ReadCost(), ReadCost()]
+    same(queues.stats(names, cost=costs[0]))
+    read_stats(queues, names, costs[1])
+    # TIME, a policy and schedules per queue; 3 + 13 per shard for each of 4 partitions
+    assert ((costs[0].round_trips, costs[0].commands)
+            == (costs[1].round_trips, costs[1].commands) == (2, 1 + 2 * 2 + 4 * (3 + 13 * 3)))
+    assert costs[0].seconds > 0
+    same([s for s in queues.stats() if s.queue in names])  # listed: sorted, both found
+    assert queues.stats([]) == []
+    with pytest.raises(InvalidArgumentError):
+        queues.stats("plain")
+
+    async def main() -> None:
+        async with AsyncRedisQueues.from_url(redis_server.url, zones=SHARDS, local_zone="a",
+                                             key_prefix=queues.key_prefix,
+                                             unack_handler_interval_ms=0) as factory:
+            cost = ReadCost()
+            same(await factory.stats(names, cost=cost))
+            assert (cost.round_trips, cost.commands) == (costs[0].round_trips,
+                                                        costs[0].commands)
+            same(await read_stats_async(factory, names))
+            same([s for s in await factory.stats() if s.queue in names])
+            assert await factory.stats([]) == []
+            with pytest.raises(InvalidArgumentError):
+                await factory.stats("plain")
+
+    asyncio.run(main())

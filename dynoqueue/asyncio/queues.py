@@ -19,12 +19,14 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from ..connect import builders
-from ..core.calls import outcome_async
+from ..core import stats as stats_read
+from ..core.calls import outcome_async, run_async
 from ..core.factory import QueuesBase
 from ..core.listing import queue_names
 from ..core.requests import Step
 from ..io.aio import AsyncDriver
 from ..model.policy import QueuePolicy
+from ..model.stats import QueueStats, ReadCost
 from ..queues import RedisQueues as SyncRedisQueues
 from .queue import DynoQueue
 
@@ -89,6 +91,14 @@ class RedisQueues(QueuesBase[DynoQueue]):
     async def ping(self) -> dict[str, float]:
         return await self._driver.run(self._ping())
 
+    async def stats(self, names: Sequence[str] | None = None, *,
+                    cost: ReadCost | None = None) -> list[QueueStats]:
+        cost = ReadCost() if cost is None else cost
+        started = time.perf_counter()
+        if names is None:
+            names = await run_async(stats_read.listing(self, cost))
+        return await self._driver.run(stats_read.measure(self, names, cost, started))
+
     async def aclose(self) -> None:
         """Stop the reprocessor task, close every queue, then the connections a builder made.
         Idempotent, and bounded as :meth:`dynoqueue.RedisQueues.close`. Mirrors ``close``."""
@@ -138,6 +148,6 @@ class RedisQueues(QueuesBase[DynoQueue]):
                 log.exception("unack pass failed")
 
 
-for _name in ("process_unacks", "aclose", "ping"):
+for _name in ("process_unacks", "aclose", "ping", "stats"):
     vars(RedisQueues)[_name].__doc__ = getattr(SyncRedisQueues,
                                                "close" if _name == "aclose" else _name).__doc__

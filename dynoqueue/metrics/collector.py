@@ -1,10 +1,9 @@
-"""Gauges read from Redis at scrape time: a prometheus_client collector over
-:mod:`dynoqueue.metrics.stats`.
+"""Gauges read from Redis at scrape time: a prometheus_client collector over the factory's
+stats read (``RedisQueues.stats()``).
 
 :class:`QueueStatsCollector` reads when Prometheus scrapes (a sync factory; the read costs the
-round trips the stats module states). :func:`families` turns stats read elsewhere (the asyncio
-server reads them with :func:`~dynoqueue.metrics.stats.read_stats_async`) into the same
-metric families.
+round trips :mod:`dynoqueue.core.stats` states). :func:`families` turns stats read elsewhere
+(the asyncio server awaits its factory's ``stats()``) into the same metric families.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..model.stats import QueueStats, ReadCost
 from . import names as n
-from .stats import QueueStats, ReadCost, read_stats
 
 _SHARD_GAUGES = (
     (n.WAITING, "waiting", "Messages waiting (ready + delayed), per queue and shard."),
@@ -79,7 +78,7 @@ class QueueStatsCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         cost = ReadCost()
-        stats = read_stats(self.queues, self.names, cost)
+        stats = self.queues.stats(self.names, cost=cost)
         self.last_cost = cost
         return families(stats, cost)
 

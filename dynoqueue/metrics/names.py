@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+from ..model.stats import DAY_MS, HOUR_MS, MINUTE_MS
+
+#: Camellia's waitingQueueInfo buckets (field name, from ms, to ms (None: no end)), the time
+#: until a delayed message falls due: defined with the stats records (dynoqueue.model.stats).
+from ..model.stats import WAITING_BUCKETS as WAITING_BUCKETS
+
 #: In-process counters, fed by the core's events (no Redis traffic); label ``queue``.
 #: Exposed with the ``_total`` suffix, e.g. ``dynoqueue_messages_pushed_total``.
 COUNTERS: dict[str, str] = {
@@ -39,24 +45,6 @@ WAITING_TIME = "dynoqueue_delayed_messages_by_due_in"
 SCRAPE_ROUND_TRIPS = "dynoqueue_scrape_round_trips"
 SCRAPE_DURATION = "dynoqueue_scrape_duration_seconds"
 
-_MINUTE = 60_000
-_HOUR = 60 * _MINUTE
-_DAY = 24 * _HOUR
-
-#: Camellia's waitingQueueInfo buckets: (its field name, from ms, to ms (None: no end)), the
-#: time until a delayed message falls due.
-WAITING_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
-    ("sizeOf0To1min", 0, _MINUTE),
-    ("sizeOf1minTo10min", _MINUTE, 10 * _MINUTE),
-    ("sizeOf10minTo30min", 10 * _MINUTE, 30 * _MINUTE),
-    ("sizeOf30minTo1hour", 30 * _MINUTE, _HOUR),
-    ("sizeOf1hourTo6hour", _HOUR, 6 * _HOUR),
-    ("sizeOf6hourTo1day", 6 * _HOUR, _DAY),
-    ("sizeOf1dayTo7day", _DAY, 7 * _DAY),
-    ("sizeOf7dayTo30day", 7 * _DAY, 30 * _DAY),
-    ("sizeOf30dayToInfinite", 30 * _DAY, None),
-)
-
 
 def bucket_label(field: str) -> str:
     """The ``range`` label of a bucket: Camellia's field name without ``sizeOf`` ("0To1min")."""
@@ -64,7 +52,7 @@ def bucket_label(field: str) -> str:
 
 
 #: The units a bucket's title counts in: (name, ms, the largest bound it is used for).
-_UNITS = (("min", _MINUTE, _HOUR), ("h", _HOUR, _DAY), ("days", _DAY, None))
+_UNITS = (("min", MINUTE_MS, HOUR_MS), ("h", HOUR_MS, DAY_MS), ("days", DAY_MS, None))
 
 
 def bucket_title(field: str) -> str:

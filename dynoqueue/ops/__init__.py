@@ -1,7 +1,7 @@
 """The ops CLI: ``dynoqueue stats|peek|get|dead|redrive|remove|purge|top``.
 
-Each subcommand reads or changes queues through the public sync API (plus the scrape-time
-reads of :mod:`dynoqueue.metrics.stats`), prints a table (rich, when installed) or, with
+Each subcommand reads or changes queues through the public sync API (``stats`` and ``top``:
+``RedisQueues.stats()``), prints a table (rich, when installed) or, with
 ``--json``, machine-readable JSON, and fails with one line on stderr (no traceback) when Redis
 cannot be reached, refuses the credentials, or the queue or message does not exist.
 

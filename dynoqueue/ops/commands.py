@@ -13,12 +13,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..connect.urls import redact_url
 from ..errors import ConfigurationError
 from ..metrics.placement import Placement, placements
-from ..metrics.stats import QueueStats, read_stats
 from ..model.keys import scheduled_queues
 from ..model.message import as_text
 from ..model.policy import QueuePolicy, RateLimit
 from ..model.schedules import schedule_fields
 from ..model.states import MessageInfo
+from ..model.stats import QueueStats
 from . import render
 from .session import (
     EXIT_NOT_FOUND,
@@ -68,7 +68,7 @@ def stats(args: argparse.Namespace) -> int:
         names = list(args.queues) or None
         for name in names or []:
             existing_queue(queues, name, where)
-        found = read_stats(queues, names)
+        found = queues.stats(names)
         homes = {q.queue: placements(queues, q.queue, q.policy) for q in found
                  } if args.partitions else None
     rows = stats_rows(found, args.partitions, homes)
@@ -219,7 +219,7 @@ def purge(args: argparse.Namespace) -> int:
             _done(args, {"queue": args.queue, "dead_purged": count},
                   f"{args.queue}: {count} dead letters deleted")
             return EXIT_OK
-        (before,) = read_stats(queues, [args.queue])
+        (before,) = queues.stats([args.queue])
         confirm(args, f"delete queue {args.queue!r} ({before.total('waiting')} waiting, "
                       f"{before.total('leased')} leased, {before.dead} dead)")
         q.clear()
@@ -254,7 +254,7 @@ def top(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
         try:
             count = 0
             while True:
-                found = read_stats(queues, list(args.queues) or None)
+                found = queues.stats(list(args.queues) or None)
                 now = time.monotonic()
                 rows = [_top_row(s, previous.get(s.queue), now) for s in found]
                 previous = {s.queue: (now, s) for s in found}

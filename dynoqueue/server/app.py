@@ -27,7 +27,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import AccessDeniedError, DynoQueueError, QueueClosedError, RedisOperationError
-from ..metrics import ReadCost, SnapshotCollector, read_stats_async
+from ..metrics import SnapshotCollector
+from ..model.stats import ReadCost
 from . import camellia, dashboard, youzan
 from .context import ServerSettings, ServerState
 from .http import JSON, BadRequest
@@ -125,7 +126,7 @@ def create_app(settings: ServerSettings) -> Starlette:
 
     async def metrics(request: Request) -> Response:
         cost = ReadCost()
-        stats = await read_stats_async(state.factory(), None, cost)
+        stats = await state.factory().stats(cost=cost)
         body = generate_latest(state.registry) + generate_latest(
             _snapshot_registry(SnapshotCollector(stats, cost)))
         return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -24,11 +24,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..asyncio.queue import DynoQueue
-from ..metrics.names import WAITING_BUCKETS
-from ..metrics.stats import QueueStats, read_stats_async
 from ..model.keys import check_queue_name
 from ..model.message import Message
 from ..model.states import MessageInfo, MessageState
+from ..model.stats import WAITING_BUCKETS, QueueStats
 from ..model.validate import MAX_COUNT, MAX_MS
 from .context import ServerState
 from .http import JSON, BadRequest, boolean, client_of, headers_field, integer, params, text
@@ -238,9 +237,9 @@ class _Camellia:
     async def get_topic_info(self, request: Request) -> JSON:
         values = await self._values(request)
         topic = _topic_of(values)
-        (stats,) = await read_stats_async(self.state.factory(), [topic])
+        (stats,) = await self.state.factory().stats([topic])
         return JSON({"code": 200, "data": topic_info(stats)})
 
     async def get_topic_info_list(self, request: Request) -> JSON:
-        stats = await read_stats_async(self.state.factory())
+        stats = await self.state.factory().stats()
         return JSON({"code": 200, "data": [topic_info(s) for s in stats]})

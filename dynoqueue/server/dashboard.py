@@ -24,9 +24,9 @@ from starlette.routing import Route
 
 from ..metrics.names import WAITING_BUCKETS, bucket_label, bucket_title
 from ..metrics.placement import Placement, placements
-from ..metrics.stats import QueueStats, read_stats_async
 from ..model.policy import QueuePolicy
 from ..model.schedules import schedule_fields
+from ..model.stats import QueueStats
 from .context import ServerState
 from .http import JSON, BadRequest, json_body
 from .page import PAGE
@@ -59,7 +59,7 @@ def routes(state: ServerState) -> list[Route]:
 
     async def queues(request: Request) -> JSON:
         factory = state.factory()
-        stats = await read_stats_async(factory)
+        stats = await factory.stats()
         return JSON({"prefix": state.settings.prefix, "queues": [{
             "queue": s.queue, "waiting": s.total("waiting"), "ready": s.total("ready"),
             "delayed": s.total("delayed"), "leased": s.total("leased"), "dead": s.dead,
