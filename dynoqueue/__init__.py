@@ -32,6 +32,7 @@ from .model.sharding import (
     ZoneShardSupplier,
 )
 from .model.states import DeadLetter, MessageInfo, MessageState
+from .model.stats import QueueStats
 from .queue import DynoQueue
 from .queues import RedisQueues
 from .worker import Backoff, DeadLetterNow, Retry, Worker
@@ -58,6 +59,7 @@ __all__ = [
     "PayloadTooLargeError",
     "QueueClosedError",
     "QueuePolicy",
+    "QueueStats",
     "QuorumNotReachedError",
     "RateLimit",
     "RedisOperationError",

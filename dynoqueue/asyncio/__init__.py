@@ -22,9 +22,10 @@ sync and an async client share a queue.
 from ..model.message import Message
 from ..model.policy import QueuePolicy, RateLimit
 from ..model.states import DeadLetter, MessageInfo, MessageState
+from ..model.stats import QueueStats
 from ..worker.tasks import Worker
 from .queue import DynoQueue
 from .queues import RedisQueues
 
 __all__ = ["DeadLetter", "DynoQueue", "Message", "MessageInfo", "MessageState", "QueuePolicy",
-           "RateLimit", "RedisQueues", "Worker"]
+           "QueueStats", "RateLimit", "RedisQueues", "Worker"]
