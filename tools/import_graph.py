@@ -99,6 +99,8 @@ ALLOWED_SIDEWAYS: dict[tuple[str, str], str] = {
     ("server", "metrics"): "the server serves the metrics' reads and Prometheus endpoint",
     ("demo", "embedded"): "the demos start their own redis-servers",
     ("demo", "spark"): "the Spark demo runs on the dynoqueue data source",
+    ("kombu", "tracing"): "a traced publish carries Celery's trace context as the message's "
+                          "creation context (only when dynoqueue.tracing is instrumented)",
 }
 
 #: Cycles allowed: frozenset of the modules in the cycle -> why.

@@ -10,11 +10,16 @@ its id from the delivery tag (a fresh uuid per publish), and from the kombu mess
   worker's memory;
 * its priority from the ``priority`` property, 0 first as in kombu's Redis transport (clamped
   to 0..99);
-* its TTL from the AMQP ``expiration`` property (milliseconds as a string).
+* its TTL from the AMQP ``expiration`` property (milliseconds as a string);
+* its headers, when :mod:`dynoqueue.tracing` is instrumented, from the trace context in the
+  kombu message's headers (where Celery's OpenTelemetry instrumentation injects its
+  ``apply_async`` span): that span stays the message's creation context, so dynoqueue's
+  spans link to the one Celery's ``run`` span continues (docs/celery.md, "Tracing").
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +47,18 @@ def to_dynoqueue(message: dict[str, Any], message_id: str) -> Message:
     headers = message.get("headers") or {}
     return Message(message_id, dumps(message), priority=priority_of(properties),
                    due_at_ms=due_at_ms(headers.get("eta")),
-                   ttl_ms=ttl_ms(properties.get("expiration")))
+                   ttl_ms=ttl_ms(properties.get("expiration")),
+                   headers=creation_context(headers))
+
+
+def creation_context(headers: Any) -> dict[str, str] | None:
+    """The dynoqueue headers that carry the trace context of a kombu message's ``headers``
+    (Celery's task headers), or None: always None unless :mod:`dynoqueue.tracing` is
+    instrumented (never imported here: a process that does not trace pays one lookup)."""
+    if "dynoqueue.tracing" not in sys.modules or not isinstance(headers, dict):
+        return None
+    from ..tracing import creation_headers
+    return creation_headers(headers)
 
 
 def from_dynoqueue(popped: Message, queue: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 try:
@@ -49,7 +49,7 @@ from ..model.message import Message
 from .patch import Patches
 from .spans import SCHEMA_URL, Telemetry
 
-__all__ = ["instrument", "is_instrumented", "processing", "uninstrument"]
+__all__ = ["creation_headers", "instrument", "is_instrumented", "processing", "uninstrument"]
 
 _lock = threading.Lock()
 _active: tuple[Telemetry, Patches] | None = None
@@ -111,6 +111,17 @@ def uninstrument() -> None:
 def is_instrumented() -> bool:
     """True between instrument() and uninstrument()."""
     return _active is not None
+
+
+def creation_headers(carrier: Mapping[str, Any]) -> dict[str, str] | None:
+    """For transports under another library's tracing (``dynoqueue.kombu`` under Celery's):
+    the trace context that library injected into its own message's headers (``carrier``),
+    as headers to give the dynoqueue message that carries it, so that context stays the
+    message's creation context (the ``send`` span links to it; ``receive``, ``process`` and
+    ``settle`` spans link to it) and both libraries' spans join one trace. None when not
+    instrumented, or ``carrier`` holds no valid context (the push then injects its own)."""
+    active = _active
+    return None if active is None else active[0].carried(carrier)
 
 
 @contextlib.contextmanager

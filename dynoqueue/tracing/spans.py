@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -135,6 +135,26 @@ class Telemetry:
         if not trace.get_current_span(extracted).get_span_context().is_valid:
             return None
         return extracted
+
+    def carried(self, carrier: Mapping[str, Any]) -> dict[str, str] | None:
+        """The creation context a layer above put in its own message's headers (Celery's task
+        headers inside a kombu message), as headers for the dynoqueue message that carries it:
+        the propagator's fields ``carrier`` holds as text, when they make a valid span context
+        and fit a message's header limits (else W3C trace context alone, if it fits); None
+        when there is none. The push then keeps that context as the message's creation
+        context (the conventions' custom creation context) instead of injecting its own."""
+        propagator = self.propagator()
+        fields = {name: value for name in propagator.fields
+                  if type(value := carrier.get(name)) is str and value}
+        if not fields:
+            return None
+        extracted = propagator.extract(fields)
+        if not trace.get_current_span(extracted).get_span_context().is_valid:
+            return None
+        if _fits("carried", fields):
+            return fields
+        w3c = {name: value for name, value in fields.items() if name in _W3C.fields}
+        return w3c if w3c and _fits("carried", w3c) else None
 
     def _link(self, span: Span, messages: Sequence[Any]) -> None:
         """Link a recording span to each distinct creation context of ``messages`` (the first
