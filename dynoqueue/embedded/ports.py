@@ -59,7 +59,7 @@ def free_port(offset: int = 0) -> int:
     ports = _listening_ports()
     with _picked_lock:
         for _ in range(200):
-            port = random.randrange(ports.start, ports.stop - offset)
+            port = _random.randrange(ports.start, ports.stop - offset)
             wanted = (port, port + offset) if offset else (port,)
             if not any(p in _picked for p in wanted) and all(_bindable(p) for p in wanted):
                 _picked.extend(wanted)
@@ -73,6 +73,9 @@ def free_port(offset: int = 0) -> int:
 #: CI run.
 _picked: collections.deque[int] = collections.deque(maxlen=512)
 _picked_lock = threading.Lock()
+#: Its own generator, seeded from the OS: a test framework that seeds the global ``random``
+#: (Hypothesis does, per test case) would otherwise give two test processes the same picks.
+_random = random.Random()
 
 
 def _free_cluster_port() -> int:
