@@ -202,7 +202,7 @@ def test_a_port_picked_but_not_bound_yet_is_not_picked_again(monkeypatch) -> Non
     first = embedded_ports.free_port(offset=10_000)
     others = [p for p in range(first + 1, first + 400) if embedded_ports._bindable(p)]
     draws = iter([first, first + 10_000, *others])
-    monkeypatch.setattr(embedded_ports.random, "randrange", lambda *_: next(draws))
+    monkeypatch.setattr(embedded_ports._random, "randrange", lambda *_: next(draws))
     second = embedded_ports.free_port()
     assert second == others[0]  # not the first pick, not its bus port
     assert embedded_ports.free_port() == others[1]
