@@ -15,7 +15,7 @@ from dynoqueue.asyncio import DynoQueue as AsyncDynoQueue
 from dynoqueue.core import factory as factory_module
 from dynoqueue.core.contract import OPERATIONS, QueueOperations
 from dynoqueue.core.layout import Discovering, open_core
-from dynoqueue.core.partitions import PartitionedCore
+from dynoqueue.core.partitioned import PartitionedCore
 from dynoqueue.core.queue import QueueCore
 from dynoqueue.model.settings import QueueSettings
 

@@ -49,7 +49,7 @@ class Holding(Protocol):
 
 class WaitingPop:
     """The waiting pop's state machine, over any claim that a queue knows how to run
-    (:class:`Consuming`: a queue's shards; :class:`~dynoqueue.core.partitions.PartitionedCore`:
+    (:class:`Consuming`: a queue's shards; :class:`~dynoqueue.core.partitioned.PartitionedCore`:
     every partition's). The claim has ``order`` (indices into ``bell_channels``), ``held`` and
     ``messages()``."""
 

@@ -1,7 +1,7 @@
 """The contract every queue core keeps: the operations the façades and the factory run.
 
 Three cores serve a queue: :class:`~dynoqueue.core.queue.QueueCore` (one partition),
-:class:`~dynoqueue.core.partitions.PartitionedCore` (several) and
+:class:`~dynoqueue.core.partitioned.PartitionedCore` (several) and
 :class:`~dynoqueue.core.layout.Discovering` (either, once the stored policy says which). Each
 answers every call below with the same arguments and an operation (an :data:`Op`: a generator
 that yields I/O requests to a driver and returns the result); the façades' docstrings say what
@@ -10,8 +10,9 @@ each one does. mypy checks both concrete cores against :class:`QueueOperations`
 ``tests/test_core_contract.py`` compares every signature.
 
 A new operation: declare it here, write it in the one-partition core's module that fits, give
-``PartitionedCore`` its fan-out (or route it with ``_one``), then add it to both façades
-(``queue.py`` and ``asyncio/queue.py``) and their tests.
+``PartitionedCore`` its fan-out (``core/partitioned/whole.py``) or route it with ``_one``
+(``core/partitioned/messages.py``), then add it to both façades (``queue.py`` and
+``asyncio/queue.py``) and their tests.
 """
 
 from __future__ import annotations

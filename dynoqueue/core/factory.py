@@ -23,7 +23,7 @@ from ..model.sharding import ShardSupplier
 from .facade import QueueBase
 from .failures import guarded
 from .layout import AnyCore, Discovering, open_core
-from .partitions import PartitionedCore
+from .partitioned import PartitionedCore
 from .preflight import EVICTED, ServerCheck
 from .queue import QueueCore
 from .requests import QUORUM, READ, Budget, Command, Op

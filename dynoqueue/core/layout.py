@@ -1,5 +1,5 @@
 """Which core serves a queue: one partition (:class:`~dynoqueue.core.queue.QueueCore`), several
-(:class:`~dynoqueue.core.partitions.PartitionedCore`), or, for a process given no policy, the one
+(:class:`~dynoqueue.core.partitioned.PartitionedCore`), or, for a process given no policy, the one
 the queue's stored policy names, found at its first call (:class:`Discovering`).
 """
 
@@ -14,7 +14,7 @@ from ..model.policy import QueuePolicy
 from ..model.settings import QueueSettings
 from .contract import OPERATIONS, QueueOperations
 from .failures import guarded
-from .partitions import PartitionedCore
+from .partitioned import PartitionedCore
 from .queue import QueueCore
 from .requests import QUORUM, Command, Op, Sleep
 

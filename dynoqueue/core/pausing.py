@@ -5,7 +5,7 @@ tag) that the claim scripts read: while it is set they lease nothing, so every c
 every process stops at once, whatever API or language it uses through these scripts. Pushes,
 acks, lease changes and reads go on. ``resume`` deletes the flag and rings every shard's
 doorbell, so waiting pops claim at once. A partitioned queue pauses each partition
-(:class:`~dynoqueue.core.partitions.PartitionedCore`).
+(:class:`~dynoqueue.core.partitioned.PartitionedCore`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,169 @@
+"""The fanned-out pop: one batch filled from the partitions in turn (the hinted partition first,
+else due.lua over the partitions when the queue is sparse), the waiting pop over all of their
+doorbells; claim by id or pattern."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...model import validate
+from ...model.message import Message
+from .. import schedules
+from ..consume import WaitingPop
+from ..failures import guarded
+from ..queue import QueueCore
+from ..replies import Claim
+from ..requests import Cancelled, Op
+from ..together import together
+from .shared import PartitionedState
+
+
+class Spread:
+    """What one pop over the partitions holds: a claim per partition, all sharing one ``held``
+    (so each stops once the pop's count is reached), and which partition leased each id."""
+
+    __slots__ = ("claims", "count", "held", "lease_ms", "order", "owner")
+
+    def __init__(self, claims: list[tuple[QueueCore, Claim]], count: int, lease_ms: int,
+                 order: list[int]) -> None:
+        self.claims = claims
+        self.count = count
+        self.lease_ms = lease_ms
+        self.order = order  # the bell channels this pop listens on
+        self.held: dict[str, tuple[Message, int]] = {}
+        for _, claim in claims:
+            claim.held = self.held
+        self.owner: dict[str, QueueCore] = {}
+
+    def messages(self) -> list[Message]:
+        return [m for m, _ in self.held.values()]
+
+
+class SpreadPop(PartitionedState, WaitingPop):
+    """pop (its claims spread over the partitions), release_claim, claim_id, claim_match."""
+
+    def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int,
+            lease_ms: int | None = None, min_count: int | None = None) -> Op[list[Message]]:
+        """:meth:`QueueCore.pop` over the partitions: one batch filled from each partition's
+        shards in turn (the local shard, then as QueueCore.pop), starting one partition further
+        on each call; a waiting pop wakes on a ring of any of them."""
+        lease, enough, order = self.base.pop_plan(all_shards, count, wait_ms, lease_ms,
+                                                  min_count)
+        if count == 0:
+            return []
+        rotation = self._rotation()
+        width = len(self.shards)
+        spread = Spread([(self.parts[k], Claim(order, count, lease)) for k in rotation], count,
+                        lease, [k * width + i for k in rotation for i in order])
+        if wait_ms == 0:
+            got = yield from self._checked_op(operation, self._claim_now(operation, spread))
+        else:
+            got = yield from self._checked_op(operation, self._waiting_pop(
+                operation, spread, min(enough, count), wait_ms))
+        # A claimed tick queues its schedule's next one (core.schedules).
+        return (yield from schedules.chain_ticks(self.base, self.part_of, got))
+
+    def _claim_now(self, operation: str, spread: Spread) -> Op[list[Message]]:
+        yield from self._guarded_claim(operation, spread)
+        return spread.messages()
+
+    def _guarded_claim(self, operation: str, claim: Any) -> Op[int | None]:
+        """Claim from each partition in the pop's order until it holds its count; on
+        cancellation put back everything leased (see QueueCore._guarded_claim). Returns the ms
+        until the next waiting message of the partitions visited is due (None if none)."""
+        spread: Spread = claim
+        next_due: int | None = None
+        claims, sparse = self._hinted(spread.claims)
+        try:
+            for at, (part, part_claim) in enumerate(claims):
+                if len(spread.held) >= spread.count:
+                    break
+                if at == int(not sparse) and len(claims) > 2:
+                    # The queue is sparse here (the first partition fell short, or the last
+                    # pop did): ask the partitions left at once (one round trip per node,
+                    # read-only) and claim only where something is due, instead of a claim
+                    # per partition in turn.
+                    claims, due = yield from self._due_among(operation, claims[at:])
+                    next_due = _earliest(next_due, due)
+                    for part, part_claim in claims:
+                        if len(spread.held) >= spread.count:
+                            break
+                        due = yield from self._claim_part(operation, spread, part, part_claim)
+                        next_due = _earliest(next_due, due)
+                    break
+                due = yield from self._claim_part(operation, spread, part, part_claim)
+                next_due = _earliest(next_due, due)
+            self._sparse = len(spread.held) < spread.count
+            return next_due
+        except Cancelled:
+            yield from self.release_claim(spread)
+            raise
+
+    @staticmethod
+    def _claim_part(operation: str, spread: Spread, part: QueueCore,
+                    part_claim: Claim) -> Op[int | None]:
+        """One partition's claim of a pop; records which partition leased each id."""
+        before = set(spread.held)
+        try:
+            due: int | None = yield from part.guard(
+                operation, part.keys.queue_shard(part.local_shard), part.claim_once(part_claim))
+            return due
+        finally:
+            for id in spread.held.keys() - before:
+                spread.owner[id] = part
+
+    def _due_among(self, operation: str, claims: list[tuple[QueueCore, Claim]]
+                   ) -> Op[tuple[list[tuple[QueueCore, Claim]], int | None]]:
+        """The claims whose partition has something due now (due.lua, every partition at
+        once), and the ms until the first of the others' is due (None: nothing waits)."""
+        answers = yield from guarded(operation, self.base.keys.message_hash, together(
+            [part.due_in(part_claim.order) for part, part_claim in claims]))
+        later = [(ms, at) for at, ms in enumerate(answers) if ms > 0]
+        if later:
+            ms, at = min(later)
+            self._due_hint = (claims[at][0], time.monotonic() + ms / 1000)
+        return ([c for c, ms in zip(claims, answers, strict=True) if ms == 0],
+                min(later)[0] if later else None)
+
+    def _hinted(self, claims: list[tuple[QueueCore, Claim]]
+                ) -> tuple[list[tuple[QueueCore, Claim]], bool]:
+        """The claims in the order to try them, and whether to ask every partition first (the
+        queue is sparse): once the partition the last ``due.lua`` round named has its message
+        due, it is claimed first, directly (one round trip where asking would take two: a
+        waiting pop woken by that due time gets it at once)."""
+        hint = self._due_hint
+        if hint is None or time.monotonic() < hint[1]:
+            return claims, self._sparse
+        self._due_hint = None
+        first = [c for c in claims if c[0] is hint[0]]
+        if not first:
+            return claims, self._sparse
+        return first + [c for c in claims if c[0] is not hint[0]], False
+
+    def release_claim(self, claim: Any) -> Op[None]:
+        """Put back what a cancelled pop leased, each message in its partition."""
+        spread: Spread = claim
+        for part, _ in spread.claims:
+            mine = Claim([], 0, spread.lease_ms)
+            mine.held = {id: held for id, held in spread.held.items()
+                         if spread.owner.get(id) is part}
+            if mine.held:
+                yield from part.release_claim(mine)
+        spread.held.clear()
+
+    def claim_id(self, operation: str, id: str, all_shards: bool) -> Op[Message | None]:
+        return self._one(operation, id, lambda part: part.claim_id(operation, id, all_shards))
+
+    def claim_match(self, pattern: str, local_only: bool) -> Op[Message | None]:
+        validate.pattern(pattern)
+        return self._checked_op("pop_msg_with_predicate",
+                                self._first_of([self.parts[k] for k in self._rotation()],
+                                               lambda p: p.claim_match(pattern, local_only)))
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    """The sooner of two "ms until due" (None: nothing due)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
