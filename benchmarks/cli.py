@@ -178,8 +178,8 @@ def _own_section(name: str, args: argparse.Namespace) -> str:
 
     options = argparse.Namespace(tasks=1_000 if args.quick else 10_000,
                                  eta_tasks=2_000 if args.quick else 50_000,
-                                 runs=args.runs or (1 if args.quick else 3), pool="threads",
-                                 concurrency=4)
+                                 runs=args.runs or (1 if args.quick else 3), pool="prefork",
+                                 concurrency=2)
     return frameworks.report(frameworks.run(options))
 
 

@@ -13,7 +13,7 @@ and off the broker's server):
   holds them in memory until due (raising its prefetch for each); dynoqueue keeps them in
   Redis until due.
 
-Run: ``python -m benchmarks.frameworks [--tasks N] [--eta-tasks M] [--pool threads -c 4]``.
+Run: ``python -m benchmarks.frameworks [--tasks N] [--eta-tasks M] [--pool prefork -c 2]``.
 celery-redis-plus (a third-party sorted-set transport) needs Python >= 3.13; where it does not
 install the row says so.
 """
@@ -341,9 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eta-tasks", type=int, default=50_000,
                         help="tasks due in an hour for the RSS row (0: skip it)")
     parser.add_argument("--runs", type=int, default=3, help="rounds, brokers interleaved")
-    parser.add_argument("--pool", default="threads", help="celery worker pool (both brokers)")
-    parser.add_argument("-c", "--concurrency", type=int, default=4,
-                        help="celery worker concurrency / dramatiq threads")
+    parser.add_argument("--pool", default="prefork",
+                        help="celery worker pool, the same for every broker (default prefork, "
+                             "Celery's own default)")
+    parser.add_argument("-c", "--concurrency", type=int, default=2,
+                        help="celery worker concurrency / dramatiq threads (default 2)")
     options = parser.parse_args(argv)
     rows = run(options)
     print(report(rows))
