@@ -179,25 +179,32 @@ class Bench:
                 "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat"]
 
+    def _through_worker(self, argv: list[str], env: dict[str, str], send: Any) -> float:
+        """Start a worker, wait until it ran a warm-up task, then ``send()`` N tasks and time
+        them to the last one done: tasks/s end to end."""
+        self.counter.flushall()
+        with _worker(argv, env, self.workdir):
+            send()  # warm-up: the worker is up and consuming
+            _wait_count(self.counter, 1, 120)
+            self.counter.flushall()
+            n = self.options.tasks
+            start = time.monotonic()
+            for _ in range(n):
+                send()
+            done = _wait_count(self.counter, n, 600)
+        return n / (done - start)
+
     def celery_immediate(self, broker: str, url: str) -> Row:
         """N immediate no-op tasks through a running worker: tasks/s end to end."""
         server = RedisServer().start()
         try:
             broker_url = url.format(port=server.port)
             module = self._celery_app(broker_url)
-            self.counter.flushall()
-            with _worker(self._celery_argv(), self.env(BENCH_BROKER=broker_url), self.workdir):
-                module.noop.delay()  # warm-up: the worker is up and consuming
-                _wait_count(self.counter, 1, 120)
-                self.counter.flushall()
-                n = self.options.tasks
-                start = time.monotonic()
-                for _ in range(n):
-                    module.noop.delay()
-                done = _wait_count(self.counter, n, 600)
+            rate = self._through_worker(self._celery_argv(), self.env(BENCH_BROKER=broker_url),
+                                        module.noop.delay)
             module.app.close()
-            return Row("celery", broker, "immediate", n / (done - start), "tasks/s",
-                       f"{n:,} no-op tasks")
+            return Row("celery", broker, "immediate", rate, "tasks/s",
+                       f"{self.options.tasks:,} no-op tasks")
         finally:
             server.stop()
 
@@ -246,21 +253,12 @@ class Bench:
 
             sys.modules.pop("dramatiq_bench_app", None)
             module = importlib.import_module("dramatiq_bench_app")
-            self.counter.flushall()
             argv = [sys.executable, "-m", "dramatiq", "dramatiq_bench_app", "--processes", "1",
                     "--threads", str(self.options.concurrency)]
-            with _worker(argv, env, self.workdir):
-                module.noop.send()
-                _wait_count(self.counter, 1, 120)
-                self.counter.flushall()
-                n = self.options.tasks
-                start = time.monotonic()
-                for _ in range(n):
-                    module.noop.send()
-                done = _wait_count(self.counter, n, 600)
+            rate = self._through_worker(argv, env, module.noop.send)
             module.broker.close()
-            return Row("dramatiq", broker, "immediate", n / (done - start), "msgs/s",
-                       f"{n:,} no-op messages")
+            return Row("dramatiq", broker, "immediate", rate, "msgs/s",
+                       f"{self.options.tasks:,} no-op messages")
         finally:
             server.stop()
 

@@ -39,7 +39,6 @@ from typing import Any
 
 from dynoqueue import Message, QueuePolicy, RedisQueues, SingleShardSupplier
 from dynoqueue.embedded import ClusterTopology
-from dynoqueue.metrics.stats import read_stats
 
 from .core_throughput import waiting_pop_lateness
 
@@ -68,8 +67,8 @@ def _produce(url: str, partitions: int, start: int, stop: int, batch: int, go: A
         cpu[slot] = time.process_time() - began
 
 
-def _consume(url: str, partitions: int, total: int, batch: int, go: Any, cpu: Any,
-             slot: int, seen_path: str) -> None:
+def _consume(url: str, partitions: int, total: int, batch: int, seen_path: str, go: Any,
+             cpu: Any, slot: int) -> None:
     """Pop + ack until the queue is empty; mark each id got in a byte map written to
     ``seen_path`` (saturating at 255)."""
     seen = bytearray(total)
@@ -127,13 +126,41 @@ def _timed(fn: Any) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _phase(target: Any, args_of: Any, procs: int) -> tuple[list[Any], Any, Any]:
+def _start(target: Any, args: list[tuple[Any, ...]]) -> tuple[list[Any], Any, Any]:
+    """One spawned process of ``target`` per argument tuple (each gets the start event, the
+    shared CPU-time array and its slot after its own arguments); started, waiting for ``go``."""
     ctx = mp.get_context("spawn")
-    go, cpu = ctx.Event(), ctx.Array("d", procs)
-    workers = [ctx.Process(target=target, args=(*args_of(k), go, cpu, k)) for k in range(procs)]
+    go, cpu = ctx.Event(), ctx.Array("d", len(args))
+    workers = [ctx.Process(target=target, args=(*a, go, cpu, k)) for k, a in enumerate(args)]
     for w in workers:
         w.start()
     return workers, go, cpu
+
+
+def _measured(name: str, q: Any, started: tuple[list[Any], Any, Any], admins: list[Any],
+              n: int) -> dict[str, Any]:
+    """Release the processes of one phase at once and time them to their end: the phase's
+    seconds, rates per tenth (from ``size()`` samples), client and server µs per message, and
+    each primary's share of the server time (INFO commandstats since the last reset)."""
+    workers, go, cpu = started
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(q, samples, stop))
+    time.sleep(1.0)  # the processes have imported and connected
+    began = time.monotonic()
+    watcher.start()
+    go.set()
+    for w in workers:
+        w.join()
+    seconds = time.monotonic() - began
+    stop.set()
+    watcher.join()
+    usec = _server_usec(admins)
+    return {f"{name}_s": seconds,
+            f"{name}_tenths": _tenth_rates(samples, n, filling=name == "fill"),
+            f"{name}_client_us": sum(cpu[:]) / n * 1e6,
+            f"{name}_server_us": sum(usec) / n,
+            f"{name}_share": [u / (sum(usec) or 1) for u in usec]}
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
@@ -154,32 +181,16 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 a.config_resetstat()
             # Fill.
             share = -(-n // procs)
-            workers, go, cpu = _phase(
-                _produce, lambda k: (topology.url, partitions, k * share,
-                                     min(n, (k + 1) * share), options.batch), procs)
-            samples: list[tuple[float, int]] = []
-            stop = threading.Event()
-            watcher = threading.Thread(target=_watch, args=(q, samples, stop))
-            time.sleep(1.0)  # the processes have imported and connected
-            started = time.monotonic()
-            watcher.start()
-            go.set()
-            for w in workers:
-                w.join()
-            out["fill_s"] = time.monotonic() - started
-            stop.set()
-            watcher.join()
-            out["fill_tenths"] = _tenth_rates(samples, n, filling=True)
-            out["fill_client_us"] = sum(cpu[:]) / n * 1e6
-            fill_usec = _server_usec(admins)
-            out["fill_server_us"] = sum(fill_usec) / n
-            out["fill_share"] = [u / (sum(fill_usec) or 1) for u in fill_usec]
+            fill = _start(_produce, [(topology.url, partitions, k * share,
+                                      min(n, (k + 1) * share), options.batch)
+                                     for k in range(procs)])
+            out.update(_measured("fill", q, fill, admins, n))
             # At full depth.
             out["size"] = q.size()
             out["bytes_per_msg"] = (sum(int(a.info("memory")["used_memory"]) for a in admins)
                                     - base_memory) / n
             out["size_ms"] = _timed(q.size)
-            out["stats_ms"] = _timed(lambda: read_stats(queues, [QUEUE]))
+            out["stats_ms"] = _timed(lambda: queues.stats([QUEUE]))
             out["peek_ms"] = _timed(lambda: q.peek(10))
             out["unack_pass_ms"] = _timed(queues.process_unacks)
             expired = min(options.expired, n)
@@ -198,23 +209,9 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 a.config_resetstat()
             with tempfile.TemporaryDirectory(prefix="dq-scale-") as tmp:
                 paths = [os.path.join(tmp, f"seen-{k}") for k in range(procs)]
-                workers, go, cpu = _drainers(topology.url, partitions, n, options.batch, paths)
-                samples, stop = [], threading.Event()
-                watcher = threading.Thread(target=_watch, args=(q, samples, stop))
-                time.sleep(1.0)
-                started = time.monotonic()
-                watcher.start()
-                go.set()
-                for w in workers:
-                    w.join()
-                out["drain_s"] = time.monotonic() - started
-                stop.set()
-                watcher.join()
-                out["drain_tenths"] = _tenth_rates(samples, n, filling=False)
-                out["drain_client_us"] = sum(cpu[:]) / n * 1e6
-                drain_usec = _server_usec(admins)
-                out["drain_server_us"] = sum(drain_usec) / n
-                out["drain_share"] = [u / (sum(drain_usec) or 1) for u in drain_usec]
+                drain = _start(_consume, [(topology.url, partitions, n, options.batch, path)
+                                          for path in paths])
+                out.update(_measured("drain", q, drain, admins, n))
                 counts = bytearray(n)
                 for path in paths:
                     for i, c in enumerate(Path(path).read_bytes()):
@@ -227,17 +224,6 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     finally:
         topology.stop()
     return out
-
-
-def _drainers(url: str, partitions: int, n: int, batch: int,
-              paths: list[str]) -> tuple[list[Any], Any, Any]:
-    ctx = mp.get_context("spawn")
-    go, cpu = ctx.Event(), ctx.Array("d", len(paths))
-    workers = [ctx.Process(target=_consume, args=(url, partitions, n, batch, go, cpu, k, path))
-               for k, path in enumerate(paths)]
-    for w in workers:
-        w.start()
-    return workers, go, cpu
 
 
 def report(r: dict[str, Any]) -> str:

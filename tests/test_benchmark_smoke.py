@@ -318,3 +318,25 @@ def test_scale_run_counts_every_message_once() -> None:
     assert all(rate > 0 for rate in result["fill_tenths"] + result["drain_tenths"])
     assert 0 < result["bytes_per_msg"] < 2_000
     assert "0 lost, 0 duplicated" in scale.report(result)
+
+
+@pytest.mark.slow
+def test_frameworks_rows_measure_every_broker() -> None:
+    """benchmarks/frameworks.py end to end at a small size: real Celery and Dramatiq workers on
+    each broker; every row measured, and no ETA task held by a worker on dynoqueue."""
+    pytest.importorskip("celery")
+    pytest.importorskip("dramatiq")
+    pytest.importorskip("psutil")
+    from benchmarks import frameworks
+
+    options = argparse.Namespace(tasks=100, eta_tasks=300, runs=1, pool="prefork",
+                                 concurrency=2)
+    rows = frameworks.run(options)
+    measured = {(r.framework, r.broker, r.workload): r.value for r in rows}
+    for framework, broker in (("celery", "kombu redis"), ("celery", "dynoqueue"),
+                              ("dramatiq", "redis"), ("dramatiq", "dynoqueue")):
+        rate = measured[(framework, broker, "immediate")]
+        assert rate is not None and rate > 0, (framework, broker, rows)
+    held = measured[("celery", "dynoqueue", "eta held")]
+    assert held is not None and held < 20  # MiB: the 300 delayed tasks wait in Redis
+    assert "dynoqueue" in frameworks.report(rows)
