@@ -155,6 +155,10 @@ class Bench:
     def close(self) -> None:
         self.counter.close()
         self.counter_server.stop()
+        if "dynoqueue.kombu" in sys.modules:  # the producer's pooled broker connections
+            from dynoqueue.kombu import factories
+
+            factories.close_all()
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
