@@ -151,8 +151,12 @@ class Bench:
         (workdir / "dramatiq_bench_app.py").write_text(textwrap.dedent(DRAMATIQ_APP))
         self.counter_server = RedisServer().start()
         self.counter = redis.Redis(port=self.counter_server.port)
+        # The producer side imports the same app modules as the workers.
+        sys.path.insert(0, str(workdir))
+        os.environ["BENCH_COUNTER"] = self.env()["BENCH_COUNTER"]
 
     def close(self) -> None:
+        sys.path.remove(str(self.workdir))
         self.counter.close()
         self.counter_server.stop()
         if "dynoqueue.kombu" in sys.modules:  # the producer's pooled broker connections
@@ -167,15 +171,18 @@ class Bench:
         env.update(extra)
         return env
 
-    def _celery_app(self, broker_url: str) -> Any:
-        """The bench app in this process (the producer), on ``broker_url``."""
-        os.environ.update(self.env(BENCH_BROKER=broker_url))
-        sys.path.insert(0, str(self.workdir))
+    def _load_app(self, name: str, **variables: str) -> Any:
+        """The bench app module ``name`` (re)imported in this process (the producer), with
+        ``variables`` (its broker) set in this process's environment."""
         import importlib
 
-        for name in ("celery_bench_app",):
-            sys.modules.pop(name, None)
-        return importlib.import_module("celery_bench_app")
+        os.environ.update(variables)
+        sys.modules.pop(name, None)
+        return importlib.import_module(name)
+
+    def _celery_app(self, broker_url: str) -> Any:
+        """The Celery bench app in this process, on ``broker_url``."""
+        return self._load_app("celery_bench_app", BENCH_BROKER=broker_url)
 
     def _celery_argv(self) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "celery_bench_app", "worker",
@@ -251,12 +258,8 @@ class Bench:
         server = RedisServer().start()
         try:
             env = self.env(BENCH_BROKER=broker, BENCH_URL=f"redis://127.0.0.1:{server.port}/0")
-            os.environ.update(env)
-            sys.path.insert(0, str(self.workdir))
-            import importlib
-
-            sys.modules.pop("dramatiq_bench_app", None)
-            module = importlib.import_module("dramatiq_bench_app")
+            module = self._load_app("dramatiq_bench_app", BENCH_BROKER=broker,
+                                    BENCH_URL=env["BENCH_URL"])
             argv = [sys.executable, "-m", "dramatiq", "dramatiq_bench_app", "--processes", "1",
                     "--threads", str(self.options.concurrency)]
             rate = self._through_worker(argv, env, module.noop.send)
