@@ -87,10 +87,15 @@ def partition_of(text: str, count: int) -> int:
     return zlib.crc32(text.encode()) % count if count > 1 else 0
 
 
+def partition_of_id(id: str, group: str | None, count: int) -> int:
+    """The partition of message ``id`` among ``count``: its ordered group's when it has one
+    (a group's messages live together), else its id's (:func:`partition_of`)."""
+    return partition_of(id if group is None else group, count)
+
+
 def partition_of_message(message: Message, count: int) -> int:
-    """The partition of ``message`` among ``count``: its ordered group's when it has one (a
-    group's messages live together), else its id's (:func:`partition_of`)."""
-    return partition_of(message.id if message.group is None else message.group, count)
+    """:func:`partition_of_id` of ``message``."""
+    return partition_of_id(message.id, message.group, count)
 
 
 def partition_keys(keys: QueueKeys, count: int) -> list[QueueKeys]:

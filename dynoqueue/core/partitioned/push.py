@@ -29,17 +29,14 @@ class SplitPush(PartitionedState):
         batch = self.base.prepare_push(messages, if_exists)
         if not self._checked or not batch:
             return batch, None
-        first = self._partition_of_message(batch[0])
-        if any(self._partition_of_message(m) != first for m in batch[1:]):
+        first = partition_of_message(batch[0], self.count)
+        if any(partition_of_message(m, self.count) != first for m in batch[1:]):
             return batch, None
         return batch, self.parts[first].push_command(batch, if_exists)
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command."""
-        return self.parts[self._partition_of_message(batch[0])].pushed(batch, reply)
-
-    def _partition_of_message(self, message: Message) -> int:
-        return partition_of_message(message, self.count)
+        return self.parts[partition_of_message(batch[0], self.count)].pushed(batch, reply)
 
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         if not batch:

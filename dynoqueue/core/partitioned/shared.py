@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from ...errors import ConfigurationError
 from ...model import validate
 from ...model.message import Message
-from ...model.partitions import partition_of, partition_tags
+from ...model.partitions import partition_of_id, partition_tags
 from ...model.policy import QueuePolicy
 from ...model.settings import QueueSettings
 from ..failures import guarded
@@ -83,7 +83,7 @@ class PartitionedState:
 
     def part_of(self, id: str, group: str | None = None) -> QueueCore:
         """The partition holding message ``id`` (of ordered group ``group``, if any)."""
-        return self.parts[partition_of(id if group is None else group, self.count)]
+        return self.parts[partition_of_id(id, group, self.count)]
 
     def _rotation(self) -> list[int]:
         """The partitions' indices in the order this call visits them: one further on each
@@ -153,8 +153,8 @@ class PartitionedState:
         shares: dict[int, list[str]] = {}
         for i, item in enumerate(items):
             group = item.group if isinstance(item, Message) else None
-            key = pairs[2 * i] if group is None else group
-            shares.setdefault(partition_of(key, self.count), []).extend(pairs[2 * i:2 * i + 2])
+            shares.setdefault(partition_of_id(pairs[2 * i], group, self.count),
+                              []).extend(pairs[2 * i:2 * i + 2])
         return [(self.parts[k], shares[k]) for k in sorted(shares)]
 
     @staticmethod
