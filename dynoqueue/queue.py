@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from .core.facade import QueueBase
 from .core.layout import AnyCore
-from .core.requests import Op
+from .core.requests import Run
 from .io.sync import SyncDriver
 from .model.message import Message
 from .model.policy import QueuePolicy
@@ -47,7 +47,7 @@ class DynoQueue(QueueBase):
         self._run_op = driver.run
         self._driver = driver
 
-    def _run(self, op: Op[T]) -> T:
+    def _run(self, op: Run[T]) -> T:
         return self._run_op(op)
 
     def push(self, messages: Iterable[Message], *, if_exists: str = "replace") -> list[str]:
@@ -85,12 +85,7 @@ class DynoQueue(QueueBase):
             RedisOperationError: Redis failed. A batch larger than SCRIPT_BATCH may then be
                 partly stored; pushing it again is safe.
         """
-        core = self._core
-        batch, command = core.push_call(messages, if_exists)
-        if command is None:
-            return self._run(core.push_validated(batch, if_exists))
-        return self._driver.run_call(command, lambda reply: core.pushed(batch, reply),
-                                     lambda: core.push_validated(batch, if_exists))
+        return self._run(self._core.push(messages, if_exists))
 
     def ensure(self, message: Message) -> bool:
         """Push ``message`` only if its id is neither waiting nor leased, atomically.

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ..core.facade import QueueBase
 from ..core.layout import AnyCore
-from ..core.requests import Op
+from ..core.requests import Run
 from ..io.aio import AsyncDriver
 from ..model.message import Message
 from ..model.policy import QueuePolicy
@@ -35,19 +35,12 @@ class DynoQueue(QueueBase):
         super().__init__(core)
         self._driver = driver
 
-    def _run(self, op: Op[T]) -> Coroutine[Any, Any, T]:
+    def _run(self, op: Run[T]) -> Coroutine[Any, Any, T]:
         return self._driver.run(op)  # awaited by the caller: no coroutine frame of its own
 
     async def push(self, messages: Iterable[Message], *,
                    if_exists: str = "replace") -> list[str]:
-        # The usual producer's call (one script call) skips the operation's generator
-        # layers, as the sync push does (QueueCore.push_call, AsyncDriver.run_call).
-        core = self._core
-        batch, command = core.push_call(messages, if_exists)
-        if command is None:
-            return await self._run(core.push_validated(batch, if_exists))
-        return await self._driver.run_call(command, lambda reply: core.pushed(batch, reply),
-                                           lambda: core.push_validated(batch, if_exists))
+        return await self._run(self._core.push(messages, if_exists))
 
     async def ensure(self, message: Message) -> bool:
         return await self._run(self._core.ensure(message))

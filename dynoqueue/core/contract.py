@@ -4,10 +4,12 @@ Three cores serve a queue: :class:`~dynoqueue.core.queue.QueueCore` (one partiti
 :class:`~dynoqueue.core.partitioned.PartitionedCore` (several) and
 :class:`~dynoqueue.core.layout.Discovering` (either, once the stored policy says which). Each
 answers every call below with the same arguments and an operation (an :data:`Op`: a generator
-that yields I/O requests to a driver and returns the result); the façades' docstrings say what
-each one does. mypy checks both concrete cores against :class:`QueueOperations`
-(``core/layout.py``), :data:`OPERATIONS` (what ``Discovering`` dispatches) is read from it, and
-``tests/test_core_contract.py`` compares every signature.
+that yields I/O requests to a driver and returns the result; ``push`` may return a
+:class:`~dynoqueue.core.requests.Call` instead, its one-command form, which the drivers run
+just as well); the façades' docstrings say what each one does. mypy checks both concrete
+cores against :class:`QueueOperations` (``core/layout.py``), :data:`OPERATIONS` (what
+``Discovering`` dispatches) is read from it, and ``tests/test_core_contract.py`` compares every
+signature.
 
 A new operation: declare it here, write it in the one-partition core's module that fits, give
 ``PartitionedCore`` its fan-out (``core/partitioned/whole.py``) or route it with ``_one``
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .requests import Op
+from .requests import Op, Run
 
 if TYPE_CHECKING:
     from ..model.message import Message
@@ -34,9 +36,7 @@ class QueueOperations(Protocol):
 
     # produce
     def push(self, messages: Iterable[Message], if_exists: str = "replace"
-             ) -> Op[list[str]]: ...
-
-    def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]: ...
+             ) -> Run[list[str]]: ...
 
     def ensure(self, message: Message) -> Op[bool]: ...
 

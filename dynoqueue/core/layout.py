@@ -16,7 +16,7 @@ from .contract import OPERATIONS, QueueOperations
 from .failures import guarded
 from .partitioned import PartitionedCore
 from .queue import QueueCore
-from .requests import QUORUM, Command, Op, Sleep
+from .requests import QUORUM, Op, Run, Sleep, as_op
 
 #: What serves a queue once its layout is known.
 Core = QueueCore | PartitionedCore
@@ -114,18 +114,14 @@ class Discovering:
         found = self.found
         return [self._plain] if found is None or found is self._plain else [self._plain, found]
 
-    def push_call(self, messages: Iterable[Message],
-                  if_exists: str = "replace") -> tuple[list[Message], Command | None]:
-        if self.found is not None:
-            return self.found.push_call(messages, if_exists)
-        if time.monotonic() < self.recheck_at:  # none stored, read a moment ago
-            return self._plain.push_call(messages, if_exists)
+    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Run[list[str]]:
+        """push validates its batch before the lookup (bad input raises before any command),
+        then runs on the core found."""
+        if self.found is not None or time.monotonic() < self.recheck_at:
+            return (self.found or self._plain).push(messages, if_exists)
         batch = self._plain.prepare_push(messages, if_exists)
         self._plain.check_open()
-        return batch, None
-
-    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
-        return (self.found or self._plain).pushed(batch, reply)
+        return self._after_lookup("push_validated", (batch, if_exists), {})
 
     def _after_lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op[Any]:
         was_open = not (self._plain.closed or self._plain.detached)
@@ -134,7 +130,7 @@ class Discovering:
             # Closed while this pop read the policy: released as a waiting pop is by close()
             # (a slow first read on a Cluster left it short of its wait).
             return []
-        return (yield from getattr(core, name)(*args, **kwargs))
+        return (yield from as_op(getattr(core, name)(*args, **kwargs)))
 
     def lookup(self, operation: str) -> Op[Core]:
         """The core the stored policy names: read it unless known (or none was stored a moment

@@ -1,15 +1,17 @@
-"""Producing: push and ensure (push.lua), and the one-command push the drivers send directly."""
+"""Producing: push and ensure (push.lua); push's usual call is one script call, returned as a
+:class:`~dynoqueue.core.requests.Call` the drivers send without the operation's layers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError, InvalidMessageError
 from ..model import validate
 from ..model.message import Message
 from .replies import ids_pushed
-from .requests import QUORUM, Command, Merge, Op
+from .requests import QUORUM, Call, Merge, Op, Run
 from .shared import SCRIPT_BATCH, QueueState
 
 #: How concurrent pushes join into one push.lua call: its arguments are now and mode, then 9
@@ -18,50 +20,43 @@ _PUSH_MERGE = Merge(head=2, per_item=9, shared=1, limit=SCRIPT_BATCH)
 
 
 class Producing(QueueState):
-    """push, ensure, and :meth:`push_call` (push's usual call without the operation)."""
+    """push (its one-call form, :meth:`push_call`, and the general path), ensure."""
 
-    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
+    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Run[list[str]]:
+        """push's operation: a :class:`Call` when it is one script call (see :meth:`push_call`),
+        else the general one. Raises at once for bad input."""
         batch = self.prepare_push(messages, if_exists)
-        return (yield from self.push_validated(batch, if_exists))
+        call = self.push_call(batch, if_exists)
+        return call if call is not None else self.push_validated(batch, if_exists)
 
     def push_validated(self, batch: list[Message], if_exists: str,
                        shards: list[int] | None = None) -> Op[list[str]]:
-        """:meth:`push` of a batch :meth:`push_call` has validated (not validated again).
-        ``shards``: each message's shard index, when the caller placed them (a partitioned
-        queue places a whole batch in input order before splitting it)."""
+        """The general :meth:`push` of a validated batch (not validated again). ``shards``:
+        each message's shard index, when the caller placed them (a partitioned queue places a
+        whole batch in input order before splitting it)."""
         if not batch:
             return []
         self.check_open()
         return (yield from self._push("push", if_exists, batch, shards))
 
-    def push_call(self, messages: Iterable[Message],
-                  if_exists: str = "replace") -> tuple[list[Message], Command | None]:
-        """:meth:`push` without an operation when all it does is one script call (the usual
-        producer's call): the validated batch and that call's command, the first request
-        ``push_validated(batch, if_exists)`` would yield; :meth:`pushed` reads its reply. The
-        command is None when the push needs more (an empty batch, over SCRIPT_BATCH messages,
-        a write quorum, the first call's checks, the queue registry): run
-        ``push_validated(batch, if_exists)``. A driver that fails to send the command throws
-        that error into ``push_validated(batch, if_exists)`` at its first request and runs it
-        on from there (NOSCRIPT, retries and typed errors as always). Raises as :meth:`push`
-        does for bad input or a closed queue."""
-        batch = self.prepare_push(messages, if_exists)
-        return batch, self.push_command(batch, if_exists)
-
-    def push_command(self, batch: list[Message], if_exists: str) -> Command | None:
-        """:meth:`push_call`'s command for a validated batch (None: see push_call)."""
-        # Kept beside push_validated because a one-message push is the call producers make
-        # most: no generator runs on its way (each layer costs every call). It is not a second
-        # push: the command is the one Sender.script would yield (script_command), its reply
-        # is decoded as _push's, and each condition below is one that makes push_validated
-        # yield something else first.
+    def push_call(self, batch: list[Message], if_exists: str) -> Call[list[str]] | None:
+        """The push of a validated batch as one script call and its decoding, when that is all
+        the general path would do (the usual producer's call); None otherwise: an empty batch,
+        over SCRIPT_BATCH messages, a write quorum (WAIT), the first call's checks, or the queue
+        not yet in the zone registry. The command is the general path's first request (the one
+        ``Sender.script`` yields) and the reply is decoded as it decodes it;
+        ``tests/test_push_paths.py`` runs both on each of these conditions. Raises
+        QueueClosedError for a closed queue."""
         if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
                 or self.detached or not self._first_checks_done()
                 or (self.zones is not None and not self.zones.registered(self.name))):
             return None
         self.check_open()
-        return self.sender.script_command(QUORUM, "push", self._life_keys,
-                                          self._push_args(if_exists, batch), merge=_PUSH_MERGE)
+        command = self.sender.script_command(QUORUM, "push", self._life_keys,
+                                             self._push_args(if_exists, batch),
+                                             merge=_PUSH_MERGE)
+        return Call(command, partial(self.pushed, batch),
+                    partial(self.push_validated, batch, if_exists))
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""

@@ -8,7 +8,7 @@ connection *role* says which client serves them: ``QUORUM`` (writes, claims, the
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 QUORUM = "quorum"
@@ -178,6 +178,35 @@ Request = (Command | Pipeline | Batch | Scan | RefreshSlots | Sleep | Ticket | W
            | Budget)
 #: An operation: yields requests, receives replies, returns its result.
 Op = Generator[Request, Any, T]
+
+
+class Call(Generic[T]):
+    """An operation that is one command and its decoding, in the form a driver runs without the
+    operation's generator layers (the producer's usual push: each layer costs every call).
+
+    A driver sends ``command`` under the call's deadline and returns ``done(reply)``. If sending
+    fails, it runs ``op()`` instead, throwing that error in at its first request, which is
+    ``command``: the operation then decides as if it had sent it (NOSCRIPT, retries, typed
+    errors). ``op()`` run from its start is the same operation, for a caller that needs a
+    generator (:func:`as_op`).
+    """
+
+    __slots__ = ("command", "done", "op")
+
+    def __init__(self, command: Command, done: Callable[[Any], T],
+                 op: Callable[[], Op[T]]) -> None:
+        self.command = command
+        self.done = done
+        self.op = op
+
+
+#: What a core's operation method returns and a driver runs: an operation, or a :class:`Call`.
+Run = Op[T] | Call[T]
+
+
+def as_op(run: Run[T]) -> Op[T]:
+    """``run`` as a generator operation (a :class:`Call`'s ``op()``)."""
+    return run.op() if isinstance(run, Call) else run
 
 
 class Step(Generic[T]):

@@ -71,43 +71,42 @@ class AsyncDriver:
             rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
-    async def run(self, op: rq.Op[T]) -> T:
-        """Run one operation to its end and return its result (or raise its error)."""
+    async def run(self, op: rq.Run[T]) -> T:
+        """Run one operation to its end and return its result (or raise its error). A
+        :class:`~dynoqueue.core.requests.Call` is its command, sent at once (batched with
+        concurrent calls) and its decoding; if sending fails (or the caller is cancelled
+        meanwhile), the call's operation gets the error at that request and runs on, as
+        :meth:`dynoqueue.io.sync.SyncDriver.run` does."""
         deadline = Deadline(self.call_timeout_s)
+        if type(op) is rq.Call:
+            return await self._call(op, deadline)
         token = CURRENT.set(deadline)
         try:
-            return await self._steps(rq.Step(op), deadline)
+            return await self._steps(rq.Step(op), deadline)  # type: ignore[arg-type]
         finally:
             CURRENT.reset(token)
 
-    async def run_call(self, command: rq.Command, done: Callable[[Any], T],
-                       op: Callable[[], rq.Op[T]]) -> T:
-        """``done(reply)`` of ``command``, sent at once under the call's deadline (batched
-        with concurrent calls, as :meth:`run` sends it): an operation that is one command and
-        its decoding, run without the operation's layers (see QueueCore.push_call). If
-        sending it fails (or the caller is cancelled meanwhile), ``op()``, whose first request
-        is that command, gets the error there and runs on (its result, or its error, is the
-        call's), as :meth:`dynoqueue.io.sync.SyncDriver.run_call` does."""
-        deadline = Deadline(self.call_timeout_s)
+    async def _call(self, call: rq.Call[T], deadline: Deadline) -> T:
+        command = call.command
         error: BaseException | None = None
         batcher = self._batchers.get(command.role) if command.replica_of is None else None
         if batcher is not None:
             # Awaited here, not through _outcome (a coroutine frame less per call); the batch
             # sets its own deadline where the connection's retries read it (_exchange).
-            call = batcher.submit(command, deadline)
+            sent = batcher.submit(command, deadline)
             try:
-                reply = await call.future
+                reply = await sent.future
             except BaseException as exc:
-                error = await wait_failed(call, exc)
+                error = await wait_failed(sent, exc)
             else:
-                return done(reply)
+                return call.done(reply)
         token = CURRENT.set(deadline)
         try:
             if batcher is None:
                 reply, error = await self._outcome(command, deadline)
                 if error is None:
-                    return done(reply)
-            return await self._steps(rq.Step(op()), deadline, error)
+                    return call.done(reply)
+            return await self._steps(rq.Step(call.op()), deadline, error)
         finally:
             CURRENT.reset(token)
 

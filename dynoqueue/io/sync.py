@@ -87,30 +87,21 @@ class SyncDriver:
             rq.Ticket: self._ticket, rq.WaitBell: self._wait_bell,
         }
 
-    def run(self, op: rq.Op[T]) -> T:
-        """Run one operation to its end and return its result (or raise its error)."""
+    def run(self, op: rq.Run[T]) -> T:
+        """Run one operation to its end and return its result (or raise its error). A
+        :class:`~dynoqueue.core.requests.Call` is its command, sent at once, and its decoding;
+        if sending fails, the call's operation gets the error at that request and runs on (its
+        result, or its error, is the call's)."""
         deadline = Deadline(self.call_timeout_s)
         token = CURRENT.set(deadline)
         try:
-            return self._steps(rq.Step(op), deadline)
-        finally:
-            CURRENT.reset(token)
-
-    def run_call(self, command: rq.Command, done: Callable[[Any], T],
-                 op: Callable[[], rq.Op[T]]) -> T:
-        """``done(reply)`` of ``command``, sent at once under the call's deadline: an
-        operation that is one command and its decoding, run without the operation's layers
-        (see QueueCore.push_call). If sending it fails, ``op()``, whose first request is that
-        command, gets the error there and runs on (its result, or its error, is the call's).
-        """
-        deadline = Deadline(self.call_timeout_s)
-        token = CURRENT.set(deadline)
-        try:
-            try:
-                reply = self._command(command)
-            except Exception as exc:  # the operation decides, as if it had sent the command
-                return self._steps(rq.Step(op()), deadline, exc)
-            return done(reply)
+            if type(op) is rq.Call:
+                try:
+                    reply = self._command(op.command)
+                except Exception as exc:  # the operation decides, as if it had sent it
+                    return self._steps(rq.Step(op.op()), deadline, exc)
+                return op.done(reply)
+            return self._steps(rq.Step(op), deadline)  # type: ignore[arg-type]
         finally:
             CURRENT.reset(token)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from ...model.message import Message
 from ...model.partitions import partition_of_message
-from ..requests import Command, Op
+from ..requests import Op, Run
 from ..together import together
 from .shared import PartitionedState
 
@@ -17,26 +16,18 @@ from .shared import PartitionedState
 class SplitPush(PartitionedState):
     """push (its one-command form and the general path), ensure."""
 
-    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Op[list[str]]:
-        batch, _ = self.push_call(messages, if_exists)
-        return self.push_validated(batch, if_exists)
-
-    def push_call(self, messages: Iterable[Message],
-                  if_exists: str = "replace") -> tuple[list[Message], Command | None]:
-        """The validated batch, and the one command of its push when every message of it goes
-        to one partition (a one-message push: the producer's usual call) and that partition's
-        push is one command (see QueueCore.push_call); else None."""
+    def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Run[list[str]]:
+        """push's operation: the partition's one-call form when every message goes to one
+        partition (a one-message push: the producer's usual call) and that partition's push is
+        one script call (see QueueCore.push_call); else the split push."""
         batch = self.base.prepare_push(messages, if_exists)
-        if not self._checked or not batch:
-            return batch, None
-        first = partition_of_message(batch[0], self.count)
-        if any(partition_of_message(m, self.count) != first for m in batch[1:]):
-            return batch, None
-        return batch, self.parts[first].push_command(batch, if_exists)
-
-    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
-        """The result of :meth:`push_call`'s command."""
-        return self.parts[partition_of_message(batch[0], self.count)].pushed(batch, reply)
+        if self._checked and batch:
+            first = partition_of_message(batch[0], self.count)
+            if all(partition_of_message(m, self.count) == first for m in batch[1:]):
+                call = self.parts[first].push_call(batch, if_exists)
+                if call is not None:
+                    return call
+        return self.push_validated(batch, if_exists)
 
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         if not batch:
