@@ -167,7 +167,7 @@ def test_a_finished_batch_is_let_go_before_the_callers_make_the_next(redis_serve
 
 def test_one_message_pushes_that_fail_on_the_wire_end_as_the_operation_decides(
         redis_server, prefix) -> None:
-    """A push sent as its command alone (a Call: AsyncDriver.run) whose batch fails hands the
+    """A push sent as its command alone (a CommandOp: AsyncDriver.run) whose batch fails hands the
     error to push's operation: NOSCRIPT after SCRIPT FLUSH sends the script's text, a killed
     connection is retried by the connection's Retry, or without retries raises
     RedisOperationError with nothing stored (or, where the parser saw the close first, goes

@@ -1,5 +1,5 @@
-"""push's two paths agree: its one-call form (``QueueCore.push_call``, a ``Call`` the drivers send
-without the operation's layers) exists exactly when the general path (``push_validated``) would
+"""push's two paths agree: its one-call form (``QueueCore.push_call``, a ``CommandOp`` the drivers
+send without the operation's layers) exists exactly when the general path (``push_validated``) would
 send that one script call and nothing else, and both decode its reply alike.
 
 Each condition under which the one-call form must step aside (first-call checks, the queue
@@ -24,7 +24,7 @@ from dynoqueue import (
     RedisQueues,
     SingleShardSupplier,
 )
-from dynoqueue.core.requests import Call, Command, Step
+from dynoqueue.core.requests import Command, CommandOp, Step
 from dynoqueue.core.shared import SCRIPT_BATCH
 
 from .conftest import unique
@@ -52,7 +52,7 @@ def _requests(queues: RedisQueues, core: Any, batch: list[Message],
     return sent, step.result
 
 
-def _one_call_of(core: Any, batch: list[Message]) -> Call[list[str]] | None:
+def _one_call_of(core: Any, batch: list[Message]) -> CommandOp[list[str]] | None:
     return core.push_call(batch, "replace")  # type: ignore[no-any-return]
 
 
@@ -63,7 +63,7 @@ def test_the_one_call_form_is_the_general_paths_only_request(queues: RedisQueues
     core = q._core
     batch = [Message("a", "x"), Message("b", "y", timeout=500, priority=3)]
     call = _one_call_of(core, batch)
-    assert isinstance(call, Call)
+    assert isinstance(call, CommandOp)
     raw = redis.Redis.from_url(redis_server.url)
     reply = raw.execute_command(*call.command.args)
     sent, result = _requests(queues, core, batch, reply)
@@ -139,8 +139,8 @@ def test_a_closed_queue_refuses_both_ways(queues: RedisQueues) -> None:
 def test_a_partitioned_push_is_one_call_only_within_one_partition(queues: RedisQueues) -> None:
     q = queues.get(unique(), QueuePolicy(partitions=4))
     spread = [Message(f"m{i}") for i in range(40)]  # 40 ids over 4 partitions
-    assert not isinstance(q._core.push(spread, "replace"), Call)
+    assert not isinstance(q._core.push(spread, "replace"), CommandOp)
     assert q.push(spread) == [m.id for m in spread]  # each partition's first call done
-    assert isinstance(q._core.push([Message("one")], "replace"), Call)
-    assert not isinstance(q._core.push(spread, "replace"), Call)
+    assert isinstance(q._core.push([Message("one")], "replace"), CommandOp)
+    assert not isinstance(q._core.push(spread, "replace"), CommandOp)
     assert q.size() == 40

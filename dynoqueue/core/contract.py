@@ -5,7 +5,7 @@ Three cores serve a queue: :class:`~dynoqueue.core.queue.QueueCore` (one partiti
 :class:`~dynoqueue.core.layout.Discovering` (either, once the stored policy says which). Each
 answers every call below with the same arguments and an operation (an :data:`Op`: a generator
 that yields I/O requests to a driver and returns the result; ``push`` may return a
-:class:`~dynoqueue.core.requests.Call` instead, its one-command form, which the drivers run
+:class:`~dynoqueue.core.requests.CommandOp` instead, its one-command form, which the drivers run
 just as well); the façades' docstrings say what each one does. mypy checks both concrete
 cores against :class:`QueueOperations` (``core/layout.py``), :data:`OPERATIONS` (what
 ``Discovering`` dispatches) is read from it, and ``tests/test_core_contract.py`` compares every

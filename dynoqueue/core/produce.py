@@ -1,5 +1,5 @@
 """Producing: push and ensure (push.lua); push's usual call is one script call, returned as a
-:class:`~dynoqueue.core.requests.Call` the drivers send without the operation's layers."""
+:class:`~dynoqueue.core.requests.CommandOp` the drivers send without the operation's layers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..errors import ConfigurationError, InvalidArgumentError, InvalidMessageErr
 from ..model import validate
 from ..model.message import Message
 from .replies import ids_pushed
-from .requests import QUORUM, Call, Merge, Op, Run
+from .requests import QUORUM, CommandOp, Merge, Op, Run
 from .shared import SCRIPT_BATCH, QueueState
 
 #: How concurrent pushes join into one push.lua call: its arguments are now and mode, then 9
@@ -23,8 +23,8 @@ class Producing(QueueState):
     """push (its one-call form, :meth:`push_call`, and the general path), ensure."""
 
     def push(self, messages: Iterable[Message], if_exists: str = "replace") -> Run[list[str]]:
-        """push's operation: a :class:`Call` when it is one script call (see :meth:`push_call`),
-        else the general one. Raises at once for bad input."""
+        """push's operation: a :class:`CommandOp` when it is one script call (see
+        :meth:`push_call`), else the general one. Raises at once for bad input."""
         batch = self.prepare_push(messages, if_exists)
         call = self.push_call(batch, if_exists)
         return call if call is not None else self.push_validated(batch, if_exists)
@@ -39,7 +39,7 @@ class Producing(QueueState):
         self.check_open()
         return (yield from self._push("push", if_exists, batch, shards))
 
-    def push_call(self, batch: list[Message], if_exists: str) -> Call[list[str]] | None:
+    def push_call(self, batch: list[Message], if_exists: str) -> CommandOp[list[str]] | None:
         """The push of a validated batch as one script call and its decoding, when that is all
         the general path would do (the usual producer's call); None otherwise: an empty batch,
         over SCRIPT_BATCH messages, a write quorum (WAIT), the first call's checks, or the queue
@@ -55,7 +55,7 @@ class Producing(QueueState):
         command = self.sender.script_command(QUORUM, "push", self._life_keys,
                                              self._push_args(if_exists, batch),
                                              merge=_PUSH_MERGE)
-        return Call(command, partial(self.pushed, batch),
+        return CommandOp(command, partial(self.pushed, batch),
                     partial(self.push_validated, batch, if_exists))
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:

@@ -180,7 +180,7 @@ Request = (Command | Pipeline | Batch | Scan | RefreshSlots | Sleep | Ticket | W
 Op = Generator[Request, Any, T]
 
 
-class Call(Generic[T]):
+class CommandOp(Generic[T]):
     """An operation that is one command and its decoding, in the form a driver runs without the
     operation's generator layers (the producer's usual push: each layer costs every call).
 
@@ -200,13 +200,13 @@ class Call(Generic[T]):
         self.op = op
 
 
-#: What a core's operation method returns and a driver runs: an operation, or a :class:`Call`.
-Run = Op[T] | Call[T]
+#: What a core's operation method returns and a driver runs: an Op, or a :class:`CommandOp`.
+Run = Op[T] | CommandOp[T]
 
 
 def as_op(run: Run[T]) -> Op[T]:
-    """``run`` as a generator operation (a :class:`Call`'s ``op()``)."""
-    return run.op() if isinstance(run, Call) else run
+    """``run`` as a generator operation (a :class:`CommandOp`'s ``op()``)."""
+    return run.op() if isinstance(run, CommandOp) else run
 
 
 class Step(Generic[T]):

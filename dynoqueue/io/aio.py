@@ -73,12 +73,12 @@ class AsyncDriver:
 
     async def run(self, op: rq.Run[T]) -> T:
         """Run one operation to its end and return its result (or raise its error). A
-        :class:`~dynoqueue.core.requests.Call` is its command, sent at once (batched with
+        :class:`~dynoqueue.core.requests.CommandOp` is its command, sent at once (batched with
         concurrent calls) and its decoding; if sending fails (or the caller is cancelled
         meanwhile), the call's operation gets the error at that request and runs on, as
         :meth:`dynoqueue.io.sync.SyncDriver.run` does."""
         deadline = Deadline(self.call_timeout_s)
-        if type(op) is rq.Call:
+        if type(op) is rq.CommandOp:
             return await self._call(op, deadline)
         token = CURRENT.set(deadline)
         try:
@@ -86,7 +86,7 @@ class AsyncDriver:
         finally:
             CURRENT.reset(token)
 
-    async def _call(self, call: rq.Call[T], deadline: Deadline) -> T:
+    async def _call(self, call: rq.CommandOp[T], deadline: Deadline) -> T:
         command = call.command
         error: BaseException | None = None
         batcher = self._batchers.get(command.role) if command.replica_of is None else None

@@ -89,13 +89,13 @@ class SyncDriver:
 
     def run(self, op: rq.Run[T]) -> T:
         """Run one operation to its end and return its result (or raise its error). A
-        :class:`~dynoqueue.core.requests.Call` is its command, sent at once, and its decoding;
+        :class:`~dynoqueue.core.requests.CommandOp` is its command, sent at once, and its decoding;
         if sending fails, the call's operation gets the error at that request and runs on (its
         result, or its error, is the call's)."""
         deadline = Deadline(self.call_timeout_s)
         token = CURRENT.set(deadline)
         try:
-            if type(op) is rq.Call:
+            if type(op) is rq.CommandOp:
                 try:
                     reply = self._command(op.command)
                 except Exception as exc:  # the operation decides, as if it had sent it
