@@ -225,6 +225,37 @@ def test_a_waiting_pop_wakes_on_a_push_into_any_partition(factory: Any) -> None:
         assert [m.id for m in got] == [id] and time.monotonic() - started < 5
 
 
+def _script_calls(server: RedisServer) -> int:
+    stats = redis.Redis.from_url(server.url).info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("evalsha", "eval"))
+
+
+def test_a_waiting_pop_after_a_round_that_found_nothing_asks_no_partition_again(
+        factory: Any, redis_server: RedisServer) -> None:
+    """A consumer's ``pop(n) or pop(1, wait)``: the waiting pop starts from the round the pop
+    before it made (no ring since), so each message costs one round over the partitions, not
+    two; and a message pushed by another process meanwhile still ends the wait at once."""
+    q = factory(shards=("a",), poll_interval_ms=10_000).get("quiet", QueuePolicy(partitions=8))
+    q.pop(1, wait_ms=1)  # the doorbell is subscribed from now on
+    q.push([Message("later", "x", timeout=500)])
+    time.sleep(0.1)  # the push's ring has come (a ring after the round would void it)
+    assert q.pop(10) == []  # a round over the 8 partitions: nothing due
+    before = _script_calls(redis_server)
+    started = time.monotonic()
+    got = q.pop(1, wait_ms=5000)
+    assert [m.id for m in got] == ["later"]
+    assert time.monotonic() - started < 2.0  # woken at the due time, not the poll interval
+    # One claim of the partition whose message fell due (8+ if the partitions were asked).
+    assert _script_calls(redis_server) - before <= 2
+    other = factory(shards=("a",), poll_interval_ms=10_000).get("quiet")
+    assert q.pop(10) == []
+    other.push([Message("now", "x")])
+    started = time.monotonic()
+    assert [m.id for m in q.pop(1, wait_ms=5000)] == ["now"]
+    assert time.monotonic() - started < 2.0  # the push's ring, not the 10 s poll
+
+
 def test_grouped_messages_are_found_by_id_and_keep_their_order(factory: Any) -> None:
     q = factory().get("grouped", QueuePolicy(partitions=8))
     q.push([Message(f"g{i}", "x", group="user-7") for i in range(6)])

@@ -59,7 +59,10 @@ class WaitingPop:
     local_shard: str
     settings: QueueSettings
 
-    def _guarded_claim(self, operation: str, claim: Any) -> Op[int | None]:
+    def _guarded_claim(self, operation: str, claim: Any,
+                       bell: BellState | None = None) -> Op[int | None]:
+        """Claim until ``claim`` holds its count (``bell``: the waiting pop's ticket, taken
+        before); the ms until the next due message of what was visited (None: none)."""
         raise NotImplementedError
 
     def release_claim(self, claim: Any) -> Op[None]:
@@ -75,7 +78,7 @@ class WaitingPop:
         while True:
             try:
                 bell: BellState = yield Ticket(self, channels)
-                next_due_ms = yield from self._guarded_claim(operation, claim)
+                next_due_ms = yield from self._guarded_claim(operation, claim, bell)
             except QueueClosedError:  # close() released this waiting pop
                 return claim.messages()
             except (CallTimeoutError, DeadlinePassed) as exc:
@@ -168,7 +171,8 @@ class Consuming(QueueState, WaitingPop):
                 "more than count messages")
         return lease, enough
 
-    def _guarded_claim(self, operation: str, claim: Claim) -> Op[int | None]:
+    def _guarded_claim(self, operation: str, claim: Claim,
+                       bell: BellState | None = None) -> Op[int | None]:
         """Claim until ``claim`` holds its count; on cancellation put everything this pop
         leased back (including what a claim in flight leased) before re-raising."""
         try:

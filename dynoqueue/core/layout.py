@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RedisOperationError
 from ..model.message import Message
 from ..model.policy import QueuePolicy
 from ..model.settings import QueueSettings
@@ -124,8 +125,14 @@ class Discovering:
         return self._after_lookup("push_validated", (batch, if_exists), {})
 
     def _after_lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Op[Any]:
-        was_open = not (self._plain.closed or self._plain.detached)
-        core = yield from self.lookup(name)
+        plain = self._plain
+        was_open = not (plain.closed or plain.detached)
+        try:
+            core = yield from self.lookup(name)
+        except RedisOperationError:
+            if name == "pop" and was_open and (plain.closed or plain.detached):
+                return []  # close() cut the read's connection: released, as below
+            raise
         if name == "pop" and was_open and (core.closed or core.detached):
             # Closed while this pop read the policy: released as a waiting pop is by close()
             # (a slow first read on a Cluster left it short of its wait).

@@ -131,13 +131,16 @@ class Sleep:
 
 class Ticket:
     """Take a doorbell ticket for ``channels`` (subscribing first if needed); reply: a
-    :class:`BellState`. Taken before a claim, so no ring after it is missed."""
+    :class:`BellState`. Taken before a claim, so no ring after it is missed. With
+    ``subscribe=False`` it only reads the doorbell the queue already has (not listening when it
+    has none): a pop that does not wait notes the count without subscribing."""
 
-    __slots__ = ("bell", "channels")
+    __slots__ = ("bell", "channels", "subscribe")
 
-    def __init__(self, bell: Any, channels: Sequence[str]) -> None:
+    def __init__(self, bell: Any, channels: Sequence[str], subscribe: bool = True) -> None:
         self.bell = bell
         self.channels = channels
+        self.subscribe = subscribe
 
 
 class WaitBell:

@@ -221,7 +221,13 @@ class AsyncDriver:
                     await manager.initialize()
 
     async def _ticket(self, request: rq.Ticket) -> rq.BellState:
-        doorbell = await self.doorbell(request.bell)
+        if request.subscribe:
+            doorbell = await self.doorbell(request.bell)
+        else:
+            found = self._bells.existing(request.bell)
+            if found is None:
+                return rq.BellState(0, False, False)
+            doorbell = found
         return rq.BellState(doorbell.rings.ticket(request.channels), doorbell.rings.listening,
                             doorbell.enabled and not doorbell.rings.denied)
 

@@ -37,6 +37,11 @@ class Doorbells(Generic[B]):
                                                       core.settings.doorbell)
             return bell
 
+    def existing(self, core: QueueCore) -> B | None:
+        """The doorbell of ``core``'s queue if it has one (None: none made yet)."""
+        with self._lock:
+            return self._bells.get(core)
+
     def pop(self, core: QueueCore) -> B | None:
         """Forget ``core``'s doorbell and return it (None if it had none), to be closed."""
         with self._lock:

@@ -286,7 +286,13 @@ class SyncDriver:
                 manager.initialize()
 
     def _ticket(self, request: rq.Ticket) -> rq.BellState:
-        doorbell = self.doorbell(request.bell)
+        if request.subscribe:
+            doorbell = self.doorbell(request.bell)
+        else:
+            found = self._bells.existing(request.bell)
+            if found is None:
+                return rq.BellState(0, False, False)
+            doorbell = found
         return rq.BellState(doorbell.ticket(request.channels), doorbell.rings.listening,
                             doorbell.enabled and not doorbell.rings.denied)
 

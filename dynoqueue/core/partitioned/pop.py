@@ -14,8 +14,9 @@ from ..consume import WaitingPop
 from ..failures import guarded
 from ..queue import QueueCore
 from ..replies import Claim
-from ..requests import Cancelled, Op
+from ..requests import BellState, Cancelled, Op, Ticket
 from ..together import together
+from .quiet import Quiet
 from .shared import PartitionedState
 
 
@@ -23,14 +24,15 @@ class Spread:
     """What one pop over the partitions holds: a claim per partition, all sharing one ``held``
     (so each stops once the pop's count is reached), and which partition leased each id."""
 
-    __slots__ = ("claims", "count", "held", "lease_ms", "order", "owner")
+    __slots__ = ("claims", "count", "held", "lease_ms", "order", "owner", "waiting")
 
     def __init__(self, claims: list[tuple[QueueCore, Claim]], count: int, lease_ms: int,
-                 order: list[int]) -> None:
+                 order: list[int], waiting: bool) -> None:
         self.claims = claims
         self.count = count
         self.lease_ms = lease_ms
         self.order = order  # the bell channels this pop listens on
+        self.waiting = waiting  # a waiting pop: it may start from the last round's answer
         self.held: dict[str, tuple[Message, int]] = {}
         for _, claim in claims:
             claim.held = self.held
@@ -55,7 +57,7 @@ class SpreadPop(PartitionedState, WaitingPop):
         rotation = self._rotation()
         width = len(self.shards)
         spread = Spread([(self.parts[k], Claim(order, count, lease)) for k in rotation], count,
-                        lease, [k * width + i for k in rotation for i in order])
+                        lease, [k * width + i for k in rotation for i in order], wait_ms > 0)
         if wait_ms == 0:
             got = yield from self._checked_op(operation, self._claim_now(operation, spread))
         else:
@@ -65,16 +67,35 @@ class SpreadPop(PartitionedState, WaitingPop):
         return (yield from schedules.chain_ticks(self.base, self.part_of, got))
 
     def _claim_now(self, operation: str, spread: Spread) -> Op[list[Message]]:
-        yield from self._guarded_claim(operation, spread)
+        # The ring count before the claims (no subscription is made for it), so that a round
+        # that finds nothing due can tell the waiting pop that follows (see Quiet).
+        bell: BellState = yield Ticket(self, [self.bell_channels[i] for i in spread.order],
+                                       subscribe=False)
+        yield from self._guarded_claim(operation, spread, bell)
         return spread.messages()
 
-    def _guarded_claim(self, operation: str, claim: Any) -> Op[int | None]:
+    def _guarded_claim(self, operation: str, claim: Any,
+                       bell: BellState | None = None) -> Op[int | None]:
         """Claim from each partition in the pop's order until it holds its count; on
         cancellation put back everything leased (see QueueCore._guarded_claim). Returns the ms
-        until the next waiting message of the partitions visited is due (None if none)."""
+        until the next waiting message of the partitions visited is due (None if none).
+
+        A waiting pop whose ticket shows no ring since the last round of this queue that found
+        nothing due, taken under :data:`QUIET_REUSE_S` ago, starts from that round's answer
+        instead of asking every partition again (a consumer's ``pop(n) or pop(1, wait)``)."""
         spread: Spread = claim
+        ticket = bell.ticket if bell is not None and bell.listening else None
+        channels = tuple(sorted(spread.order))
+        if spread.waiting and ticket is not None and not spread.held:
+            quiet = self._quiet
+            if quiet is not None and quiet.holds(ticket, channels):
+                left = quiet.due_in_ms()
+                if left is None or left > 0:
+                    return left
+        self._quiet = None
+        began = time.monotonic()
         next_due: int | None = None
-        claims, sparse = self._hinted(spread.claims)
+        claims, sparse, hinted = self._hinted(spread.claims)
         try:
             for at, (part, part_claim) in enumerate(claims):
                 if len(spread.held) >= spread.count:
@@ -94,7 +115,11 @@ class SpreadPop(PartitionedState, WaitingPop):
                     break
                 due = yield from self._claim_part(operation, spread, part, part_claim)
                 next_due = _earliest(next_due, due)
-            self._sparse = len(spread.held) < spread.count
+            short = len(spread.held) < spread.count
+            if short or not hinted:  # a hinted claim that filled the pop says nothing of the rest
+                self._sparse = short
+            if ticket is not None and not spread.held:  # all partitions visited, none due
+                self._quiet = Quiet(ticket, channels, began, next_due)
             return next_due
         except Cancelled:
             yield from self.release_claim(spread)
@@ -127,19 +152,20 @@ class SpreadPop(PartitionedState, WaitingPop):
                 min(later)[0] if later else None)
 
     def _hinted(self, claims: list[tuple[QueueCore, Claim]]
-                ) -> tuple[list[tuple[QueueCore, Claim]], bool]:
-        """The claims in the order to try them, and whether to ask every partition first (the
-        queue is sparse): once the partition the last ``due.lua`` round named has its message
-        due, it is claimed first, directly (one round trip where asking would take two: a
-        waiting pop woken by that due time gets it at once)."""
+                ) -> tuple[list[tuple[QueueCore, Claim]], bool, bool]:
+        """The claims in the order to try them, whether to ask every partition first (the
+        queue is sparse), and whether a hint ordered them: once the partition the last
+        ``due.lua`` round named has its message due, it is claimed first, directly (one round
+        trip where asking would take two: a waiting pop woken by that due time gets it at
+        once)."""
         hint = self._due_hint
         if hint is None or time.monotonic() < hint[1]:
-            return claims, self._sparse
+            return claims, self._sparse, False
         self._due_hint = None
         first = [c for c in claims if c[0] is hint[0]]
         if not first:
-            return claims, self._sparse
-        return first + [c for c in claims if c[0] is not hint[0]], False
+            return claims, self._sparse, False
+        return first + [c for c in claims if c[0] is not hint[0]], False, True
 
     def release_claim(self, claim: Any) -> Op[None]:
         """Put back what a cancelled pop leased, each message in its partition."""

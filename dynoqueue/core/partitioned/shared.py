@@ -20,6 +20,7 @@ from ..leases import id_receipt_pairs
 from ..queue import QueueCore
 from ..requests import QUORUM, Op
 from ..together import together
+from .quiet import Quiet
 
 T = TypeVar("T")
 
@@ -78,6 +79,8 @@ class PartitionedState:
         #: The partition whose message falls due first, as the last ``due.lua`` round told,
         #: and when (monotonic s): a claim from then on tries it first, without asking again.
         self._due_hint: tuple[QueueCore, float] | None = None
+        #: The last round that found nothing due (a waiting pop may start from it), if fresh.
+        self._quiet: Quiet | None = None
 
     # ----------------------------------------------------------------------------- routing
 
