@@ -320,6 +320,32 @@ def test_scale_run_counts_every_message_once() -> None:
     assert "0 lost, 0 duplicated" in scale.report(result)
 
 
+@pytest.mark.slow  # fault injection (pyproject's "slow" marker); ~25 s
+def test_scale_fault_run_loses_nothing_when_a_primary_is_killed() -> None:
+    """benchmarks/scale.py --replicas 1 --kill-primary at a small depth: a primary SIGKILLed
+    half-way through the drain, its replica promoted; nothing lost, nothing early, duplicates
+    within the messages in flight at the kill plus one batch per consumer."""
+    from benchmarks import scale
+
+    options = argparse.Namespace(messages=20_000, primaries=3, partitions=12, procs=2,
+                                 batch=500, expired=1_000, replicas=1, kill_primary=True)
+    result = scale.run(options)
+    assert result["size"] == 20_000 and result["replicas"] == 1
+    assert result["killed_partitions"] >= 1
+    assert 10_000 <= result["drained_at_kill"] < 20_000
+    assert result["promoted_s"] is not None and result["rejoined_s"] is not None
+    assert (result["lost"], result["early"]) == (0, 0)
+    assert result["delayed"] == 200 and result["delayed_delivered"] >= 200
+    assert result["duplicate_bound"] == result["in_flight"] + 2 * 500
+    assert result["duplicated"] <= result["duplicate_bound"]
+    assert not result["stalled"] and result["consumer_exits"] == [0, 0]
+    errors = {**result["consumer_errors"], **result["parent_errors"]}
+    assert not [kind for kind in errors if "untyped" in kind], errors
+    assert scale.passed(result)
+    text = scale.report(result)
+    assert "0 lost" in text and "in flight at the kill" in text
+
+
 @pytest.mark.slow
 def test_frameworks_rows_measure_every_broker() -> None:
     """benchmarks/frameworks.py end to end at a small size: real Celery and Dramatiq workers on
