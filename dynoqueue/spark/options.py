@@ -59,7 +59,8 @@ class SourceOptions:
         local_zone: the zone whose shard is claimed first; None: the first zone.
         replica_urls: zone -> URL of that zone's replica, for local reads.
         write_quorum: replicas each write WAITs for, >= 0.
-        batch_size: messages per push call (one pipelined round trip per 500), >= 1.
+        batch_size: messages per push call (one pipelined round trip per 500), >= 1; on a
+            partitioned queue, per partition batch (at most 500: one script call).
         split_size: most messages one read partition holds, >= 1.
         max_messages_per_trigger: most messages a stream micro-batch claims, >= 1.
         lease_ms: the lease a stream claim takes (the processing budget of a batch), ms, >= 1.

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from dynoqueue import Message
-from dynoqueue.errors import ConfigurationError
+from dynoqueue.errors import ConfigurationError, InvalidMessageError
+from dynoqueue.model.partitions import partition_of_message
+from dynoqueue.queue import DynoQueue
 from dynoqueue.spark.batch_write import DynoQueueWriter, PartitionWritten, WriteColumns
-from dynoqueue.spark.options import SourceOptions
+from dynoqueue.spark.options import SourceOptions, connected, ensure_partitions
 
 from .conftest import queue_totals
 
@@ -90,14 +94,106 @@ def test_write_with_due_column(spark: Any, source: dict[str, str], queue: Any) -
 
 def test_commit_message_reports_rows_per_partition(source: dict[str, str], queue: Any) -> None:
     # The writer's task body, called directly: what each Spark task returns to commit().
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-    schema = StructType.fromDDL("id string, payload string, priority int")
+    # Built by hand: StructType.fromDDL needs a running SparkSession.
+    schema = StructType([StructField("id", StringType()), StructField("payload", StringType()),
+                         StructField("priority", IntegerType())])
     writer = DynoQueueWriter(SourceOptions.parse({**source, "batchSize": "40"}),
                              WriteColumns.of(schema))
     message = writer.write(iter([(f"w{i}", "p", 1) for i in range(100)]))
     assert message == PartitionWritten(partition=0, attempt=0, rows=100, pushes=3)
     assert queue.size() == 100
+
+
+def _id_only() -> WriteColumns:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return WriteColumns.of(StructType([StructField("id", StringType())]))
+
+
+def _pushes_recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[Message]]:
+    """Every DynoQueue.push call of this process from now on, its messages in order."""
+    calls: list[list[Message]] = []
+    push = DynoQueue.push
+
+    def recording(self: DynoQueue, messages: Any, **kwargs: Any) -> list[str]:
+        calls.append(list(messages))
+        return push(self, calls[-1], **kwargs)
+
+    monkeypatch.setattr(DynoQueue, "push", recording)
+    return calls
+
+
+def test_a_partitioned_write_pushes_full_batches_of_one_partition(
+        source: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are buffered per queue partition: each push call carries full batches, one per
+    partition, instead of splitting batchSize rows into 12 slivers."""
+    batch, partitions = 40, 12
+    rows = partitions * batch * 2
+    options = SourceOptions.parse({**source, "queue": "parted", "partitions": str(partitions),
+                                   "batchSize": str(batch)})
+    ensure_partitions(options)  # what the driver does before any task
+    calls = _pushes_recorded(monkeypatch)
+    writer = DynoQueueWriter(options, _id_only())
+    message = writer.write(iter([(f"p{i}",) for i in range(rows)]))
+
+    # Each call's share of a partition is one batch: full, except the last of each partition.
+    shares = [Counter(partition_of_message(m, partitions) for m in call) for call in calls]
+    per_partition: dict[int, list[int]] = {}
+    for share in shares:
+        for partition, size in share.items():
+            per_partition.setdefault(partition, []).append(size)
+    assert sorted(per_partition) == list(range(partitions))
+    for sizes in per_partition.values():
+        assert all(size == batch for size in sizes[:-1]) and 0 < sizes[-1] <= batch
+    batches = sum(len(share) for share in shares)
+    # About rows / batch batches (2 per partition here, one more for a partition's leftover),
+    # not the ~12 slivers per batchSize rows of a push of mixed partitions (~24 * 12).
+    assert rows // batch <= batches <= rows // batch + partitions
+    assert message == PartitionWritten(partition=0, attempt=0, rows=rows, pushes=batches)
+    assert [m.id for call in calls for m in call] != [f"p{i}" for i in range(rows)]  # regrouped
+    assert sorted(m.id for call in calls for m in call) == sorted(f"p{i}" for i in range(rows))
+    with connected(options) as queues:
+        assert queues.get("parted").size() == rows
+
+
+def test_a_spark_write_into_partitions_delivers_every_row_once(
+        spark: Any, source: dict[str, str]) -> None:
+    """The same through Spark (tasks in Python workers), with a due column: every row arrives
+    once, in the partition of its id, never due before its due time."""
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    parted = {**source, "queue": "parted", "partitions": "12", "batchSize": "40"}
+    rows = [(f"r{i}", f"payload {i}", due + timedelta(seconds=i % 60)) for i in range(1000)]
+    df = spark.createDataFrame(rows, "id string, payload string, due timestamp")
+    df.repartition(3).write.format("dynoqueue").options(**parted).mode("append").save()
+    got = spark.read.format("dynoqueue").options(**parted).load().collect()
+    assert sorted(r["id"] for r in got) == sorted(r[0] for r in rows)  # each exactly once
+    expected = {r[0]: r for r in rows}
+    for row in got:
+        _, payload, due_at = expected[row["id"]]
+        assert row["payload"] == payload and row["state"] == "waiting"
+        due_ms = due_at.timestamp() * 1000
+        assert due_ms <= row["due"].timestamp() * 1000 < due_ms + 5000
+    with connected(SourceOptions.parse(parted)) as queues:
+        queue = queues.get("parted")
+        assert queue.size() == 1000 and queue.stored_policy().partitions == 12  # type: ignore
+
+
+def test_a_bad_row_of_a_partitioned_write_tells_what_was_pushed(source: dict[str, str]) -> None:
+    options = SourceOptions.parse({**source, "queue": "parted", "partitions": "4",
+                                   "batchSize": "5"})
+    ensure_partitions(options)
+    writer = DynoQueueWriter(options, _id_only())
+    with pytest.raises(InvalidMessageError, match="bad row 31 of partition 0") as failure:
+        writer.write(iter([*[(f"b{i}",) for i in range(30)], ("",), ("after",)]))
+    found = re.search(r"nor (\d+) earlier rows still buffered; (\d+) earlier rows of this "
+                      r"partition were", str(failure.value))
+    assert found is not None, str(failure.value)
+    buffered, pushed = int(found[1]), int(found[2])
+    assert buffered + pushed == 30 and pushed >= 20  # rounds of 4 * 5 rows buffered
+    with connected(options) as queues:
+        assert queues.get("parted").size() == pushed  # and the buffered rows were not
 
 
 def test_bad_row_fails_the_job_and_names_the_row(spark: Any, source: dict[str, str],
