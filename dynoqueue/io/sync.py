@@ -41,6 +41,9 @@ _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 #: Errors after which a batched Cluster command is sent again through the client's routing.
 _REROUTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError,
              RedisTimeoutError)
+#: The same for a single script call, which may be a claim: not after a read timeout (the
+#: connection's Retry has decided that one, see RETRY_TIMEOUTS).
+_REDIRECTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError)
 
 
 def _key_of(args: Sequence[Any]) -> Any:
@@ -76,6 +79,10 @@ class SyncDriver:
         # Sentinel failover included) still go through the connection's own Retry.
         self._pinnable = {role for role, client in self._clients.items()
                           if type(client) is redis.Redis and client.connection is None}
+        # On a Cluster the same holds per node: RedisCluster.execute_command checks and encodes
+        # every argument in Python (a one-message push cost ~145 us of client CPU).
+        self._clustered = {role for role, client in self._clients.items()
+                           if slot_map(client) is not None}
         self._pinned = threading.local()
         self._pins: list[tuple[Any, Any]] = []
         self._pins_lock = threading.Lock()
@@ -134,9 +141,24 @@ class SyncDriver:
         client = self._clients[request.role]
         if request.replica_of is not None:
             client = client.get_redis_connection(replica_node(client, request.replica_of))
-        elif request.role in self._pinnable and request.args[0] in _SCRIPT_CALLS:
-            return self._script_call(request.role, client, request.args, request.head)
+        elif request.args[0] in _SCRIPT_CALLS:
+            if request.role in self._pinnable:
+                return self._script_call(request.role, client, request.args, request.head)
+            if request.role in self._clustered:
+                return self._node_script_call(request, client)
         return client.execute_command(*request.args)
+
+    def _node_script_call(self, request: rq.Command, client: Any) -> Any:
+        """A script call on a Cluster, on this thread's pinned connection to the primary that
+        owns its first key (as the batches are sent); a redirection or a lost node sends it
+        again through the client's routing, which follows the cluster."""
+        node = client.get_node_from_key(_key_of(request.args))
+        try:
+            return self._script_call(f"{request.role}@{node.name}",
+                                     client.get_redis_connection(node), request.args,
+                                     request.head)
+        except _REDIRECTED:
+            return client.execute_command(*request.args)
 
     def _pin(self, role: str, client: Any) -> Pin:
         """This thread's pinned connection of ``role`` (made on first use)."""
