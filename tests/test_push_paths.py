@@ -24,7 +24,7 @@ from dynoqueue import (
     RedisQueues,
     SingleShardSupplier,
 )
-from dynoqueue.core.requests import Command, CommandOp, Step
+from dynoqueue.core.requests import Batch, Command, CommandOp, Step
 from dynoqueue.core.shared import SCRIPT_BATCH
 
 from .conftest import unique
@@ -136,11 +136,23 @@ def test_a_closed_queue_refuses_both_ways(queues: RedisQueues) -> None:
         q.push([Message("m")])
 
 
-def test_a_partitioned_push_is_one_call_only_within_one_partition(queues: RedisQueues) -> None:
+def test_a_partitioned_push_is_one_call_per_partition_in_one_batch(
+        queues: RedisQueues, redis_server: Any) -> None:
+    """Each partition's share is its one call; several go out as one Batch. A Batch whose
+    outcomes hold an error (NOSCRIPT after SCRIPT FLUSH) is handed to the general path with
+    those outcomes (Replay), which loads the script and sends only what failed again."""
     q = queues.get(unique(), QueuePolicy(partitions=4))
     spread = [Message(f"m{i}") for i in range(40)]  # 40 ids over 4 partitions
-    assert not isinstance(q._core.push(spread, "replace"), CommandOp)
+    first = q._core.push(spread, "replace")
+    assert not isinstance(first, CommandOp)  # the layout is not checked yet
+    first.close()
     assert q.push(spread) == [m.id for m in spread]  # each partition's first call done
-    assert isinstance(q._core.push([Message("one")], "replace"), CommandOp)
-    assert not isinstance(q._core.push(spread, "replace"), CommandOp)
-    assert q.size() == 40
+    one = q._core.push([Message("one")], "replace")
+    assert isinstance(one, CommandOp) and isinstance(one.command, Command)
+    many = q._core.push(spread, "replace")
+    assert isinstance(many, CommandOp) and isinstance(many.command, Batch)
+    assert len(many.command.commands) == 4
+    redis.Redis.from_url(redis_server.url).script_flush()
+    again = [Message(f"n{i}") for i in range(40)]
+    assert q.push(again) == [m.id for m in again]
+    assert q.size() == 80

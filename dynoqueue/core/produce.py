@@ -39,24 +39,25 @@ class Producing(QueueState):
         self.check_open()
         return (yield from self._push("push", if_exists, batch, shards))
 
-    def push_call(self, batch: list[Message], if_exists: str) -> CommandOp[list[str]] | None:
+    def push_call(self, batch: list[Message], if_exists: str,
+                  shards: list[int] | None = None) -> CommandOp[list[str]] | None:
         """The push of a validated batch as one script call and its decoding, when that is all
         the general path would do (the usual producer's call); None otherwise: an empty batch,
         over SCRIPT_BATCH messages, a write quorum (WAIT), the first call's checks, or the queue
         not yet in the zone registry. The command is the general path's first request (the one
         ``Sender.script`` yields) and the reply is decoded as it decodes it;
-        ``tests/test_push_paths.py`` runs both on each of these conditions. Raises
-        QueueClosedError for a closed queue."""
+        ``tests/test_push_paths.py`` runs both on each of these conditions. ``shards``: see
+        :meth:`push_validated`. Raises QueueClosedError for a closed queue."""
         if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
                 or self.detached or not self._first_checks_done()
                 or (self.zones is not None and not self.zones.registered(self.name))):
             return None
         self.check_open()
         command = self.sender.script_command(QUORUM, "push", self._life_keys,
-                                             self._push_args(if_exists, batch),
+                                             self._push_args(if_exists, batch, shards),
                                              merge=_PUSH_MERGE)
         return CommandOp(command, partial(self.pushed, batch),
-                    partial(self.push_validated, batch, if_exists))
+                         partial(self.push_validated, batch, if_exists, shards))
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""

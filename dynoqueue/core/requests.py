@@ -184,23 +184,30 @@ Op = Generator[Request, Any, T]
 
 
 class CommandOp(Generic[T]):
-    """An operation that is one command and its decoding, in the form a driver runs without the
+    """An operation that is one request and its decoding, in the form a driver runs without the
     operation's generator layers (the producer's usual push: each layer costs every call).
 
-    A driver sends ``command`` under the call's deadline and returns ``done(reply)``. If sending
-    fails, it runs ``op()`` instead, throwing that error in at its first request, which is
+    ``command`` is a :class:`Command`, or a :class:`Batch` (a push over several partitions).
+    A driver sends it under the call's deadline and returns ``done(reply)``. If sending fails,
+    it runs ``op()`` instead, throwing that error in at its first request, which is
     ``command``: the operation then decides as if it had sent it (NOSCRIPT, retries, typed
-    errors). ``op()`` run from its start is the same operation, for a caller that needs a
-    generator (:func:`as_op`).
+    errors). If ``done`` raises :class:`Replay` (a Batch whose outcomes hold an error), the
+    driver runs ``op()`` with ``reply`` as its first request's reply. ``op()`` run from its
+    start is the same operation, for a caller that needs a generator (:func:`as_op`).
     """
 
     __slots__ = ("command", "done", "op")
 
-    def __init__(self, command: Command, done: Callable[[Any], T],
+    def __init__(self, command: Command | Batch, done: Callable[[Any], T],
                  op: Callable[[], Op[T]]) -> None:
         self.command = command
         self.done = done
         self.op = op
+
+
+class Replay(Exception):
+    """Raised by a :class:`CommandOp`'s ``done``: the reply needs the general operation (it
+    gets the reply, not a second sending)."""
 
 
 #: What a core's operation method returns and a driver runs: an Op, or a :class:`CommandOp`.

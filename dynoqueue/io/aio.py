@@ -89,11 +89,12 @@ class AsyncDriver:
     async def _call(self, call: rq.CommandOp[T], deadline: Deadline) -> T:
         command = call.command
         error: BaseException | None = None
-        batcher = self._batchers.get(command.role) if command.replica_of is None else None
-        if batcher is not None:
+        single = command if type(command) is rq.Command and command.replica_of is None else None
+        batcher = self._batchers.get(single.role) if single is not None else None
+        if batcher is not None and single is not None:
             # Awaited here, not through _outcome (a coroutine frame less per call); the batch
             # sets its own deadline where the connection's retries read it (_exchange).
-            sent = batcher.submit(command, deadline)
+            sent = batcher.submit(single, deadline)
             try:
                 reply = await sent.future
             except BaseException as exc:
@@ -105,7 +106,12 @@ class AsyncDriver:
             if batcher is None:
                 reply, error = await self._outcome(command, deadline)
                 if error is None:
-                    return call.done(reply)
+                    try:
+                        return call.done(reply)
+                    except rq.Replay:
+                        step = rq.Step(call.op())
+                        step.send(reply)
+                        return await self._steps(step, deadline)
             return await self._steps(rq.Step(call.op()), deadline, error)
         finally:
             CURRENT.reset(token)

@@ -104,10 +104,15 @@ class SyncDriver:
         try:
             if type(op) is rq.CommandOp:
                 try:
-                    reply = self._command(op.command)
+                    reply = self._handlers[type(op.command)](op.command)
                 except Exception as exc:  # the operation decides, as if it had sent it
                     return self._steps(rq.Step(op.op()), deadline, exc)
-                return op.done(reply)
+                try:
+                    return op.done(reply)
+                except rq.Replay:
+                    step = rq.Step(op.op())
+                    step.send(reply)
+                    return self._steps(step, deadline)
             return self._steps(rq.Step(op), deadline)  # type: ignore[arg-type]
         finally:
             CURRENT.reset(token)
