@@ -195,6 +195,13 @@ class AsyncDriver:
     async def _batch(self, request: rq.Batch) -> list[tuple[Any, BaseException | None]]:
         client = self._clients[request.role]
         async with self._place(client):
+            if slot_map(client) is not None:
+                # Each command on its own, all at once, each with its own outcome: a Cluster
+                # pipeline that meets a lost node retries the whole batch and closes the
+                # client in between, failing every command of it until the failover.
+                return outcomes(await asyncio.gather(
+                    *(client.execute_command(*command.args) for command in request.commands),
+                    return_exceptions=True))
             pipe = filled_pipeline(client, [command.args for command in request.commands])
             return outcomes(await pipe.execute(raise_on_error=False))
 

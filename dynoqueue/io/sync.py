@@ -236,9 +236,9 @@ class SyncDriver:
         out: list[tuple[Any, BaseException | None]] = [(None, None)] * len(commands)
         sent = []
         for name, (node, indices) in groups.items():
-            pin = self._pin(f"{role}@{name}", client.get_redis_connection(node))
             mine = [commands[i] for i in indices]
-            try:
+            try:  # a node that refuses its first connection fails only its own commands
+                pin = self._pin(f"{role}@{name}", client.get_redis_connection(node))
                 sent.append((pin, mine, indices, self._send_batch(pin, mine)))
             except Exception as exc:  # that node is lost: its commands are re-routed below
                 for i in indices:

@@ -133,8 +133,8 @@ class SpreadPop(PartitionedState, WaitingPop):
             for at, (part, part_claim) in enumerate(claims):
                 if len(spread.held) >= spread.count:
                     break
-                # (Not once a partition failed in this pop: its node's other partitions would
-                # fail the whole round, see _claim_due.)
+                # (Not once a partition failed in this pop: its node's other partitions, not
+                # known to be unreachable yet, could fail the whole round; see _claim_due.)
                 if at == int(not sparse) and len(claims) > 2 and spread.failed is None:
                     # The queue is sparse here (the first partition fell short, or the last
                     # pop did): ask the partitions left at once (one round trip per node,
@@ -165,7 +165,7 @@ class SpreadPop(PartitionedState, WaitingPop):
         once; the ms until the next due message (None: none). Partitions found unreachable
         lately are not asked, only claimed after the others: a round that reaches an
         unreachable node may fail as a whole (the asyncio driver's Cluster pipeline does,
-        after seconds of retries)."""
+        after seconds of retries), which costs every partition's answer."""
         lately = self._unreachable
         due_now, next_due = yield from self._due_among(
             operation, spread, [c for c in claims if c[0] not in lately])
