@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio
 from redis.exceptions import RedisClusterException, RedisError
@@ -23,7 +23,7 @@ from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, DeadlinePassed, seconds_left
 from ..core.queue import QueueCore
 from .batching import Batcher, wait_failed
-from .cluster import endpoint_of, replica_node, slot_map
+from .cluster import REDIRECTED, REROUTED, SCRIPT_CALLS, endpoint_of, key_of, replica_node, slot_map
 from .common import answered_here, filled_pipeline, outcomes, typed
 from .doorbells import Doorbells
 from .task_doorbell import TaskDoorbell
@@ -63,6 +63,12 @@ class AsyncDriver:
         # one pipelined write on one connection (auto-pipelining), per role.
         self._batchers = {role: Batcher(client) for role, client in self._clients.items()
                           if type(client) is redis.asyncio.Redis and client.connection is None}
+        # On a Cluster the same per primary: a script call goes out through the batcher of the
+        # node that owns its key (redis.asyncio's Cluster client checks the slot of every key
+        # and encodes every argument in Python).
+        self._clustered = {role for role, client in self._clients.items()
+                           if slot_map(client) is not None}
+        self._node_batchers: dict[str, Batcher] = {}
         self._handlers: dict[type, Handler] = {
             rq.Command: self._command, rq.Pipeline: self._pipeline, rq.Batch: self._batch,
             rq.Scan: self._scan,
@@ -89,22 +95,23 @@ class AsyncDriver:
     async def _call(self, call: rq.CommandOp[T], deadline: Deadline) -> T:
         command = call.command
         error: BaseException | None = None
-        single = command if type(command) is rq.Command and command.replica_of is None else None
-        batcher = self._batchers.get(single.role) if single is not None else None
-        if batcher is not None and single is not None:
+        batcher = self._batcher_for(command)
+        if batcher is not None:
             # Awaited here, not through _outcome (a coroutine frame less per call); the batch
             # sets its own deadline where the connection's retries read it (_exchange).
-            sent = batcher.submit(single, deadline)
+            sent = batcher.submit(cast(rq.Command, command), deadline)
             try:
                 reply = await sent.future
             except BaseException as exc:
                 error = await wait_failed(sent, exc)
             else:
                 return call.done(reply)
+            if self._rerouted(command, batcher, error):
+                batcher, error = None, None  # sent again below, through the Cluster client
         token = CURRENT.set(deadline)
         try:
             if batcher is None:
-                reply, error = await self._outcome(command, deadline)
+                reply, error = await self._outcome(command, deadline, batched=False)
                 if error is None:
                     try:
                         return call.done(reply)
@@ -131,16 +138,17 @@ class AsyncDriver:
             raise asyncio.CancelledError from None
         return step.result  # type: ignore[no-any-return]
 
-    async def _outcome(self, request: Any,
-                       deadline: Deadline) -> tuple[Any, BaseException | None]:
-        if type(request) is rq.Command and request.replica_of is None:
-            batcher = self._batchers.get(request.role)
-            if batcher is not None:
-                call = batcher.submit(request, deadline)
-                try:
-                    return await call.future, None
-                except BaseException as exc:
-                    return None, await wait_failed(call, exc)
+    async def _outcome(self, request: Any, deadline: Deadline,
+                       batched: bool = True) -> tuple[Any, BaseException | None]:
+        batcher = self._batcher_for(request) if batched else None
+        if batcher is not None:
+            call = batcher.submit(request, deadline)
+            try:
+                return await call.future, None
+            except BaseException as exc:
+                error = await wait_failed(call, exc)
+            if not self._rerouted(request, batcher, error):
+                return None, error
         handler = self._handlers[type(request)]
         if type(request) in (rq.Command, rq.Pipeline, rq.Batch) and request.role == rq.QUORUM:
             # A state change already sent finishes even if the caller is cancelled.
@@ -158,6 +166,32 @@ class AsyncDriver:
             if isinstance(exc, TimeoutError) and limit.expired():
                 return None, DeadlinePassed("no reply")
             return None, exc
+
+    def _batcher_for(self, request: Any) -> Batcher | None:
+        """The batcher ``request`` goes out through: its role's (a plain client), or, for a
+        script call on a Cluster, that of the primary owning its key; None: sent on its own
+        (a Cluster client's first command builds its slot map)."""
+        if type(request) is not rq.Command or request.replica_of is not None:
+            return None
+        batcher = self._batchers.get(request.role)
+        if (batcher is not None or request.role not in self._clustered
+                or request.args[0] not in SCRIPT_CALLS):
+            return batcher
+        client = self._clients[request.role]
+        if getattr(client, "_initialize", False):
+            return None
+        node = client.get_node_from_key(key_of(request.args))
+        batcher = self._node_batchers.get(node.name)
+        if batcher is None:
+            batcher = self._node_batchers[node.name] = Batcher(self._node_client(node))
+        return batcher
+
+    def _rerouted(self, request: Any, batcher: Batcher, error: BaseException | None) -> bool:
+        """Whether a command a Cluster node's batcher failed goes again through the Cluster
+        client, which follows a redirection or a lost node (not after a read timeout: the
+        connection's Retry has decided that one, see RETRY_TIMEOUTS)."""
+        return (isinstance(error, REDIRECTED)
+                and batcher is not self._batchers.get(request.role))
 
     @staticmethod
     async def _once(handler: Handler, request: Any) -> Any:
@@ -194,16 +228,45 @@ class AsyncDriver:
 
     async def _batch(self, request: rq.Batch) -> list[tuple[Any, BaseException | None]]:
         client = self._clients[request.role]
+        if slot_map(client) is not None:
+            return await self._cluster_batch(client, request.commands)
         async with self._place(client):
-            if slot_map(client) is not None:
-                # Each command on its own, all at once, each with its own outcome: a Cluster
-                # pipeline that meets a lost node retries the whole batch and closes the
-                # client in between, failing every command of it until the failover.
-                return outcomes(await asyncio.gather(
-                    *(client.execute_command(*command.args) for command in request.commands),
-                    return_exceptions=True))
             pipe = filled_pipeline(client, [command.args for command in request.commands])
             return outcomes(await pipe.execute(raise_on_error=False))
+
+    async def _cluster_batch(self, client: Any, commands: list[rq.Command]
+                             ) -> list[tuple[Any, BaseException | None]]:
+        """``commands``, each through the batcher of the primary that owns its key (every node
+        at once, one write per node); a command that meets a redirection or a lost node is sent
+        again on its own through the Cluster client, which follows the cluster. (A Cluster
+        pipeline costs far more client CPU, and one that meets a lost node retries the whole
+        batch and closes the client in between, failing every command of it until the
+        failover.)"""
+        if getattr(client, "_initialize", False):
+            await client.initialize()  # the slot map the batchers are chosen by
+        deadline = CURRENT.get() or Deadline(self.call_timeout_s)
+        sent = []
+        for command in commands:
+            batcher = self._batcher_for(command)
+            sent.append(None if batcher is None else batcher.submit(command, deadline))
+        out: list[tuple[Any, BaseException | None]] = []
+        for command, call in zip(commands, sent, strict=True):
+            error: BaseException | None = None
+            if call is not None:
+                try:
+                    out.append((await call.future, None))
+                    continue
+                except BaseException as exc:
+                    error = await wait_failed(call, exc)
+                if not isinstance(error, REROUTED):
+                    out.append((None, typed(error)))
+                    continue
+            try:  # not batchable (not a script call), or rerouted
+                async with self._place(client):
+                    out.append((await client.execute_command(*command.args), None))
+            except Exception as exc:
+                out.append((None, typed(exc)))
+        return out
 
     def _node_client(self, node: Any) -> Any:
         """A plain client of one Cluster node, so a pipeline and its WAIT reach that node."""
@@ -270,7 +333,7 @@ class AsyncDriver:
     async def aclose(self) -> None:
         """Close the per-node clients this driver opened (Cluster slot-owner writes) and stop
         the batchers' deadline timers."""
-        for batcher in self._batchers.values():
+        for batcher in (*self._batchers.values(), *self._node_batchers.values()):
             batcher.close()
         clients, self._node_clients = list(self._node_clients.values()), {}
         for client in clients:

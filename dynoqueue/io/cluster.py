@@ -4,10 +4,36 @@ it; nothing here sends a command."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+SCRIPT_CALLS = ("EVALSHA", "EVAL")
+#: Errors after which a batched Cluster command is sent again through the client's routing,
+#: which follows the cluster (batched commands are writes that may be repeated, and reads).
+REROUTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError,
+            RedisTimeoutError)
+#: The same for a single script call, which may be a claim: not after a read timeout (the
+#: connection's Retry has decided that one, see RETRY_TIMEOUTS).
+REDIRECTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError)
+
+
+def key_of(args: Sequence[Any]) -> Any:
+    """The key a Cluster routes a command by: a script call's first key, else its first
+    argument."""
+    if args[0] in SCRIPT_CALLS:
+        return args[3]
+    return args[1]
 
 
 def replica_node(cluster: Any, key: str) -> Any:

@@ -15,42 +15,23 @@ from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    MovedError,
     RedisClusterException,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import requests as rq
 from ..core.deadline import CURRENT, RETRY_TIMEOUTS, Deadline, seconds_left
 from ..core.queue import QueueCore
 from . import common
-from .cluster import endpoint_of, replica_node, slot_map
+from .cluster import REDIRECTED, REROUTED, SCRIPT_CALLS, endpoint_of, key_of, replica_node, slot_map
 from .common import answered_here
 from .doorbells import Doorbells
 from .pinned import BIG_SEND, Pin, can_poll
 from .thread_doorbell import ThreadDoorbell
 
 T = TypeVar("T")
-_SCRIPT_CALLS = ("EVALSHA", "EVAL")
-#: Errors after which a batched Cluster command is sent again through the client's routing.
-_REROUTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError,
-             RedisTimeoutError)
-#: The same for a single script call, which may be a claim: not after a read timeout (the
-#: connection's Retry has decided that one, see RETRY_TIMEOUTS).
-_REDIRECTED = (AskError, MovedError, TryAgainError, ClusterDownError, RedisConnectionError)
 
-
-def _key_of(args: Sequence[Any]) -> Any:
-    """The key a command is routed by: a script call's first key, else its first argument."""
-    if args[0] in _SCRIPT_CALLS:
-        return args[3]
-    return args[1]
 class SyncDriver:
     """Answers core requests with a quorum and a read client (redis.Redis or RedisCluster).
 
@@ -146,7 +127,7 @@ class SyncDriver:
         client = self._clients[request.role]
         if request.replica_of is not None:
             client = client.get_redis_connection(replica_node(client, request.replica_of))
-        elif request.args[0] in _SCRIPT_CALLS:
+        elif request.args[0] in SCRIPT_CALLS:
             if request.role in self._pinnable:
                 return self._script_call(request.role, client, request.args, request.head)
             if request.role in self._clustered:
@@ -157,12 +138,12 @@ class SyncDriver:
         """A script call on a Cluster, on this thread's pinned connection to the primary that
         owns its first key (as the batches are sent); a redirection or a lost node sends it
         again through the client's routing, which follows the cluster."""
-        node = client.get_node_from_key(_key_of(request.args))
+        node = client.get_node_from_key(key_of(request.args))
         try:
             return self._script_call(f"{request.role}@{node.name}",
                                      client.get_redis_connection(node), request.args,
                                      request.head)
-        except _REDIRECTED:
+        except REDIRECTED:
             return client.execute_command(*request.args)
 
     def _pin(self, role: str, client: Any) -> Pin:
@@ -228,7 +209,7 @@ class SyncDriver:
         third of a one-partition push's rate)."""
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, command in enumerate(commands):
-            node = client.get_node_from_key(_key_of(command.args))
+            node = client.get_node_from_key(key_of(command.args))
             group = groups.get(node.name)
             if group is None:
                 group = groups[node.name] = (node, [])
@@ -251,7 +232,7 @@ class SyncDriver:
             for i, reply in zip(indices, replies, strict=True):
                 out[i] = reply
         for i, (_, error) in enumerate(out):
-            if error is not None and isinstance(error, _REROUTED):
+            if error is not None and isinstance(error, REROUTED):
                 try:
                     out[i] = (client.execute_command(*commands[i].args), None)
                 except Exception as exc:
