@@ -509,7 +509,9 @@ def test_an_idle_worker_takes_a_message_within_ms_of_it_falling_due(setup: Setup
         setup.queue().push([Message("soon", "{}", timeout=300)])
         wait_for("delivered", lambda: bool(setup.events("start")), 5, setup)
     late_ms = (setup.events("start")[0].t - (pushed + 0.3)) * 1000
-    assert -5 <= late_ms < 60, late_ms
+    # Typically 3-16 ms here, even beside two CPU hogs; the bound is generous (a CI run once
+    # took 62 ms under full load) and still far below the 1 s poll interval it guards against.
+    assert -5 <= late_ms < 250, late_ms
 
 
 def test_an_idle_worker_claims_about_once_a_second(redis_server: RedisServer) -> None:
