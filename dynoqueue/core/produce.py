@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgumentError, InvalidMessageError
@@ -56,8 +55,8 @@ class Producing(QueueState):
         command = self.sender.script_command(QUORUM, "push", self._life_keys,
                                              self._push_args(if_exists, batch, shards),
                                              merge=_PUSH_MERGE)
-        return CommandOp(command, partial(self.pushed, batch),
-                         partial(self.push_validated, batch, if_exists, shards))
+        return CommandOp(command, lambda reply: self._pushed(batch, [reply]),
+                         lambda: self.push_validated(batch, if_exists, shards))
 
     def pushed(self, batch: list[Message], reply: Any) -> list[str]:
         """The result of :meth:`push_call`'s command: the ids pushed, in input order."""

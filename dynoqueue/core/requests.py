@@ -9,7 +9,7 @@ connection *role* says which client serves them: ``QUORUM`` (writes, claims, the
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 QUORUM = "quorum"
 READ = "read"
@@ -183,7 +183,7 @@ Request = (Command | Pipeline | Batch | Scan | RefreshSlots | Sleep | Ticket | W
 Op = Generator[Request, Any, T]
 
 
-class CommandOp(Generic[T]):
+class CommandOp(NamedTuple, Generic[T]):
     """An operation that is one request and its decoding, in the form a driver runs without the
     operation's generator layers (the producer's usual push: each layer costs every call).
 
@@ -193,16 +193,13 @@ class CommandOp(Generic[T]):
     ``command``: the operation then decides as if it had sent it (NOSCRIPT, retries, typed
     errors). If ``done`` raises :class:`Replay` (a Batch whose outcomes hold an error), the
     driver runs ``op()`` with ``reply`` as its first request's reply. ``op()`` run from its
-    start is the same operation, for a caller that needs a generator (:func:`as_op`).
+    start is the same operation, for a caller that needs a generator (:func:`as_op`). A
+    tuple: made on every producer's call, it costs less to build than an object.
     """
 
-    __slots__ = ("command", "done", "op")
-
-    def __init__(self, command: Command | Batch, done: Callable[[Any], T],
-                 op: Callable[[], Op[T]]) -> None:
-        self.command = command
-        self.done = done
-        self.op = op
+    command: Command | Batch
+    done: Callable[[Any], T]
+    op: Callable[[], Op[T]]
 
 
 class Replay(Exception):

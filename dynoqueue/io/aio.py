@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import redis.asyncio
 from redis.exceptions import RedisClusterException, RedisError
@@ -85,7 +85,26 @@ class AsyncDriver:
         :meth:`dynoqueue.io.sync.SyncDriver.run` does."""
         deadline = Deadline(self.call_timeout_s)
         if type(op) is rq.CommandOp:
-            return await self._call(op, deadline)
+            call: rq.CommandOp[T] = op
+            command = call.command
+            batcher = (self._batchers.get(command.role)
+                       if type(command) is rq.Command and command.replica_of is None else None)
+            if batcher is None:
+                return await self._call(call, deadline)
+            # The producer's usual call, awaited here: no coroutine frame of its own (each
+            # costs every call). The batch sets its own deadline where the connection's
+            # retries read it (_exchange).
+            sent = batcher.submit(command, deadline)  # type: ignore[arg-type]
+            try:
+                reply = await sent.future
+            except BaseException as exc:
+                error = await wait_failed(sent, exc)
+                token = CURRENT.set(deadline)
+                try:
+                    return await self._steps(rq.Step(call.op()), deadline, error)
+                finally:
+                    CURRENT.reset(token)
+            return call.done(reply)
         token = CURRENT.set(deadline)
         try:
             return await self._steps(rq.Step(op), deadline)  # type: ignore[arg-type]
@@ -93,13 +112,13 @@ class AsyncDriver:
             CURRENT.reset(token)
 
     async def _call(self, call: rq.CommandOp[T], deadline: Deadline) -> T:
+        """:meth:`run` of a CommandOp whose command has no plain client's batcher: a Cluster
+        node's batcher, or sent on its own (a Batch, or a Cluster client not yet mapped)."""
         command = call.command
         error: BaseException | None = None
-        batcher = self._batcher_for(command)
+        batcher = self._batcher_for(command) if self._clustered else None
         if batcher is not None:
-            # Awaited here, not through _outcome (a coroutine frame less per call); the batch
-            # sets its own deadline where the connection's retries read it (_exchange).
-            sent = batcher.submit(cast(rq.Command, command), deadline)
+            sent = batcher.submit(command, deadline)  # type: ignore[arg-type]
             try:
                 reply = await sent.future
             except BaseException as exc:
@@ -140,7 +159,11 @@ class AsyncDriver:
 
     async def _outcome(self, request: Any, deadline: Deadline,
                        batched: bool = True) -> tuple[Any, BaseException | None]:
-        batcher = self._batcher_for(request) if batched else None
+        batcher = None
+        if batched and type(request) is rq.Command and request.replica_of is None:
+            batcher = self._batchers.get(request.role)
+            if batcher is None and self._clustered:
+                batcher = self._batcher_for(request)
         if batcher is not None:
             call = batcher.submit(request, deadline)
             try:

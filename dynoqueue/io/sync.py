@@ -84,14 +84,15 @@ class SyncDriver:
         token = CURRENT.set(deadline)
         try:
             if type(op) is rq.CommandOp:
+                call: rq.CommandOp[T] = op
                 try:
-                    reply = self._handlers[type(op.command)](op.command)
+                    reply = self._handlers[type(call.command)](call.command)
                 except Exception as exc:  # the operation decides, as if it had sent it
-                    return self._steps(rq.Step(op.op()), deadline, exc)
+                    return self._steps(rq.Step(call.op()), deadline, exc)
                 try:
-                    return op.done(reply)
+                    return call.done(reply)
                 except rq.Replay:
-                    step = rq.Step(op.op())
+                    step = rq.Step(call.op())
                     step.send(reply)
                     return self._steps(step, deadline)
             return self._steps(rq.Step(op), deadline)  # type: ignore[arg-type]
