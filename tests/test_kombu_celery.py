@@ -319,7 +319,9 @@ class _Seen(Exception):
 
 def test_task_events_reach_a_receiver(cell: Cell) -> None:
     """``celery events`` / Flower: workers' task events arrive over the fanout exchange."""
-    cell.app.control.enable_events()
+    # With the workers' replies: a task run before a worker took the broadcast sends no
+    # event (a loaded CI run once saw that race).
+    assert cell.app.control.enable_events(reply=True, timeout=10.0, limit=len(cell.workers))
     try:
         seen: dict[str, Any] = {}
         wanted: list[str] = []
