@@ -58,10 +58,6 @@ class Producing(QueueState):
         return CommandOp(command, lambda reply: self._pushed(batch, [reply]),
                          lambda: self.push_validated(batch, if_exists, shards))
 
-    def pushed(self, batch: list[Message], reply: Any) -> list[str]:
-        """The result of :meth:`push_call`'s command: the ids pushed, in input order."""
-        return self._pushed(batch, [reply])
-
     def ensure(self, message: Message) -> Op[bool]:
         (message,) = self.validate_batch([message])
         self.check_open()

@@ -114,30 +114,16 @@ class AsyncDriver:
     async def _call(self, call: rq.CommandOp[T], deadline: Deadline) -> T:
         """:meth:`run` of a CommandOp whose command has no plain client's batcher: a Cluster
         node's batcher, or sent on its own (a Batch, or a Cluster client not yet mapped)."""
-        command = call.command
-        error: BaseException | None = None
-        batcher = self._batcher_for(command) if self._clustered else None
-        if batcher is not None:
-            sent = batcher.submit(command, deadline)  # type: ignore[arg-type]
-            try:
-                reply = await sent.future
-            except BaseException as exc:
-                error = await wait_failed(sent, exc)
-            else:
-                return call.done(reply)
-            if self._rerouted(command, batcher, error):
-                batcher, error = None, None  # sent again below, through the Cluster client
         token = CURRENT.set(deadline)
         try:
-            if batcher is None:
-                reply, error = await self._outcome(command, deadline, batched=False)
-                if error is None:
-                    try:
-                        return call.done(reply)
-                    except rq.Replay:
-                        step = rq.Step(call.op())
-                        step.send(reply)
-                        return await self._steps(step, deadline)
+            reply, error = await self._outcome(call.command, deadline)
+            if error is None:
+                try:
+                    return call.done(reply)
+                except rq.Replay:
+                    step = rq.Step(call.op())
+                    step.send(reply)
+                    return await self._steps(step, deadline)
             return await self._steps(rq.Step(call.op()), deadline, error)
         finally:
             CURRENT.reset(token)
@@ -157,13 +143,9 @@ class AsyncDriver:
             raise asyncio.CancelledError from None
         return step.result  # type: ignore[no-any-return]
 
-    async def _outcome(self, request: Any, deadline: Deadline,
-                       batched: bool = True) -> tuple[Any, BaseException | None]:
-        batcher = None
-        if batched and type(request) is rq.Command and request.replica_of is None:
-            batcher = self._batchers.get(request.role)
-            if batcher is None and self._clustered:
-                batcher = self._batcher_for(request)
+    async def _outcome(self, request: Any,
+                       deadline: Deadline) -> tuple[Any, BaseException | None]:
+        batcher = self._batcher_for(request)
         if batcher is not None:
             call = batcher.submit(request, deadline)
             try:

@@ -187,9 +187,8 @@ class _Batches:
     Measured (benchmarks/spark_scale.py, 300,000 rows, 12 partitions on 3 primaries): ~15%
     less Redis CPU than pushing ``batchSize`` rows of mixed partitions (12 script calls of ~83
     messages per 1000 rows). Pushing each partition's batch alone as soon as it is full cost
-    more client CPU than either: a one-partition push is a single command, which a Cluster
-    client sends through redis-py's own per-argument path, while the batches of several
-    partitions go through the driver's pipelined one.
+    more client CPU than either, as measured then (a single command on a Cluster still went
+    through redis-py's per-argument path; the sync driver now pins it as it does batches).
 
     The partition count is the ``partitions`` option (the driver checked it against the
     stored policy), else the stored policy's, read at the first row: an empty task sends no

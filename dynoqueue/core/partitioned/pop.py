@@ -71,9 +71,6 @@ class Spread:
 class SpreadPop(PartitionedState, WaitingPop):
     """pop (its claims spread over the partitions), release_claim, claim_id, claim_match."""
 
-    #: The partitions whose last claim or due query could not reach their node.
-    _unreachable: frozenset[QueueCore] = frozenset()
-
     def pop(self, operation: str, all_shards: bool, count: int, wait_ms: int,
             lease_ms: int | None = None, min_count: int | None = None) -> Op[list[Message]]:
         """:meth:`QueueCore.pop` over the partitions: one batch filled from each partition's

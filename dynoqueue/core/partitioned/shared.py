@@ -81,6 +81,9 @@ class PartitionedState:
         self._due_hint: tuple[QueueCore, float] | None = None
         #: The last round that found nothing due (a waiting pop may start from it), if fresh.
         self._quiet: Quiet | None = None
+        #: The partitions whose last claim or due query could not reach their node (replaced,
+        #: not changed in place: a round reads it once, before it notes what failed).
+        self._unreachable: frozenset[QueueCore] = frozenset()
 
     # ----------------------------------------------------------------------------- routing
 
