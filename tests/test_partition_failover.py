@@ -18,10 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import ClusterDownError, MaxConnectionsError
 
 from dynoqueue import ConnectionFailedError, Message, QueuePolicy, RedisQueues
 from dynoqueue.asyncio import RedisQueues as AsyncRedisQueues
+from dynoqueue.core.partitioned.pop import _as_connection_failed, unreachable
 from dynoqueue.embedded import ClusterTopology, RedisServer
+from dynoqueue.errors import RedisOperationError
 from dynoqueue.model.partitions import partition_keys, partition_of_id
 
 pytestmark = pytest.mark.slow
@@ -159,3 +162,21 @@ def test_async_pop_serves_the_reachable_partitions_while_a_primary_is_down(
 def test_async_sparse_pop_serves_the_reachable_partitions_while_a_primary_is_down(
         topology: ClusterTopology) -> None:
     asyncio.run(_async_scenario(topology, full_sparse=True))
+
+
+@pytest.mark.parametrize("cause", [ClusterDownError("CLUSTERDOWN The cluster is down"),
+                                   MaxConnectionsError()])
+def test_a_pop_that_reached_no_partition_raises_connection_failed_whatever_the_node_said(
+        cause: Exception) -> None:
+    # A node's slots failing over (CLUSTERDOWN), or its pool used up by connections to a dead
+    # node, are what a refused connection is to a consumer: the pop raises one type.
+    error = RedisOperationError("pop", "p.QUEUE.{3-ab}{q}.a", "")
+    error.__cause__ = cause
+    assert unreachable(error)
+    failed = _as_connection_failed(error)
+    assert isinstance(failed, ConnectionFailedError)
+    assert (failed.operation, failed.key, failed.__cause__) == ("pop", error.key, cause)
+    assert "p.QUEUE.{3-ab}{q}.a" in str(failed)
+    assert (str(cause) or type(cause).__name__) in str(failed)
+    refused = ConnectionFailedError("redis://h:1", "refused", operation="pop")
+    assert _as_connection_failed(refused) is refused

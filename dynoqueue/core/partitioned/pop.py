@@ -91,7 +91,7 @@ class SpreadPop(PartitionedState, WaitingPop):
                 operation, spread, min(enough, count), wait_ms))
         if not got and spread.failed is not None and not self.closed:
             # Nothing from the partitions reached, some not reached: not an empty queue.
-            raise spread.failed
+            raise _as_connection_failed(spread.failed)
         # A claimed tick queues its schedule's next one (core.schedules).
         return (yield from schedules.chain_ticks(self.base, self.part_of, got))
 
@@ -272,6 +272,21 @@ def unreachable(error: BaseException) -> bool:
     slots failing over), not that the call was wrong: a pop goes on without that partition."""
     return isinstance(error, ConnectionFailedError) or (
         type(error) is RedisOperationError and isinstance(error.__cause__, _NODE_DOWN))
+
+
+def _as_connection_failed(error: RedisOperationError) -> ConnectionFailedError:
+    """An unreachable partition's error as the pop raises it, always a ConnectionFailedError:
+    its node's slots failing over, or its pool exhausted by connections to a dead node
+    (redis.asyncio 8.0's Cluster node keeps one per failed connect), say the same to a
+    consumer as a refused connection."""
+    if isinstance(error, ConnectionFailedError):
+        return error
+    cause = error.__cause__
+    detail = str(cause) or type(cause).__name__
+    failed = ConnectionFailedError(f"the Cluster node holding {error.key or 'a partition'}",
+                                   detail, operation=error.operation, key=error.key)
+    failed.__cause__ = cause
+    return failed
 
 
 def _unless_unreachable(op: Op[T]) -> Op[T | RedisOperationError]:
