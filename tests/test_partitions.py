@@ -34,7 +34,9 @@ from dynoqueue.model.partitions import (
     MAX_PARTITIONS,
     SLOTS,
     partition_of,
+    partition_of_message,
     partition_tags,
+    partitions_of_messages,
     slot_of_tag,
 )
 
@@ -67,6 +69,16 @@ def test_partition_of_is_crc32_modulo_the_count() -> None:
     assert partition_of("m1", 1) == 0
     counts = Counter(partition_of(f"m{i}", 8) for i in range(8000))
     assert set(counts) == set(range(8)) and min(counts.values()) > 800
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=12),
+                          st.none() | st.text(min_size=1, max_size=6)), max_size=20),
+       st.integers(1, MAX_PARTITIONS))
+def test_a_batch_routes_as_its_messages_one_by_one(
+        items: list[tuple[str, str | None]], count: int) -> None:
+    batch = [Message(id, "x", group=group) for id, group in items]
+    assert partitions_of_messages(batch, count) == [partition_of_message(m, count)
+                                                    for m in batch]
 
 
 @pytest.mark.parametrize("bad", [0, 1025, -1, True, 2.0, "2", None])

@@ -136,13 +136,15 @@ def test_a_closed_queue_refuses_both_ways(queues: RedisQueues) -> None:
         q.push([Message("m")])
 
 
-def test_a_partitioned_push_is_one_call_per_partition_in_one_batch(
+def test_a_partitioned_push_over_script_batch_is_one_call_per_partition_in_one_batch(
         queues: RedisQueues, redis_server: Any) -> None:
-    """Each partition's share is its one call; several go out as one Batch. A Batch whose
-    outcomes hold an error (NOSCRIPT after SCRIPT FLUSH) is handed to the general path with
-    those outcomes (Replay), which loads the script and sends only what failed again."""
+    """Each partition's share is its one call; several go out as one Batch (one call for them
+    all on one server only up to SCRIPT_BATCH: see the next test). A Batch whose outcomes hold
+    an error (NOSCRIPT after SCRIPT FLUSH) is handed to the general path with those outcomes
+    (Replay), which loads the script and sends only what failed again."""
     q = queues.get(unique(), QueuePolicy(partitions=4))
-    spread = [Message(f"m{i}") for i in range(40)]  # 40 ids over 4 partitions
+    size = SCRIPT_BATCH + 100  # over 4 partitions: each share well under SCRIPT_BATCH
+    spread = [Message(f"m{i}") for i in range(size)]
     first = q._core.push(spread, "replace")
     assert not isinstance(first, CommandOp)  # the layout is not checked yet
     first.close()
@@ -153,6 +155,62 @@ def test_a_partitioned_push_is_one_call_per_partition_in_one_batch(
     assert isinstance(many, CommandOp) and isinstance(many.command, Batch)
     assert len(many.command.commands) == 4
     redis.Redis.from_url(redis_server.url).script_flush()
-    again = [Message(f"n{i}") for i in range(40)]
+    again = [Message(f"n{i}") for i in range(size)]
     assert q.push(again) == [m.id for m in again]
-    assert q.size() == 80
+    assert q.size() == 2 * size
+
+
+def _payload(q: Any, id: str) -> str:
+    message = q.get(id)
+    assert message is not None, id
+    return str(message.payload)
+
+
+def _spread(q: Any, prefix: str, count: int = 40) -> list[Message]:
+    return [Message(f"{prefix}{i}", f"payload {i}") for i in range(count)]
+
+
+def test_a_partitioned_push_on_one_server_is_one_call_for_every_partition(
+        queues: RedisQueues, redis_server: Any) -> None:
+    """On one server (every partition's keys there) the shares go out as one ``push_parts``
+    call: push.lua's fast path on each partition in place, its general code on a copy for a
+    share the fast path does not serve. Its results and what it stores are those of one call
+    per partition; after SCRIPT FLUSH the general path loads it and sends it again."""
+    q = queues.get(unique(), QueuePolicy(partitions=4))
+    other = queues.get(unique(), QueuePolicy(partitions=4))
+    warm = _spread(q, "w")
+    assert q.push(warm) == [m.id for m in warm] and other.push(warm) == [m.id for m in warm]
+    batch = _spread(q, "m")
+    together = q._core.push(batch, "replace")
+    assert isinstance(together, CommandOp) and isinstance(together.command, Command)
+    assert together.command.args[:2] == ("EVALSHA", q._core.base.sender.scripts["push_parts"].sha)
+    together_ids = q.push(batch)
+    # The same batch as one call per partition (the Batch form), on the other queue.
+    split = other._core
+    calls = [split.parts[k].push_call(share[0], "replace", share[1])
+             for k, share in split._shares(batch)]
+    assert len(calls) == 4 and all(isinstance(c, CommandOp) for c in calls)
+    assert together_ids == [m.id for m in batch] == other.push(batch)
+    assert q.size() == other.size() == 80
+    assert sorted(_payload(q, m.id) for m in batch) == sorted(
+        _payload(other, m.id) for m in batch)
+    assert [s for s in q.shard_sizes().values()] == [s for s in other.shard_sizes().values()]
+    # keep: the ids stored are left alone, the new ones pushed, flags in input order.
+    mixed = [Message("m3", "changed"), Message("k1", "new"), Message("m7", "changed"),
+             Message("k2", "new")]
+    assert q.push(mixed, if_exists="keep") == ["k1", "k2"]
+    assert _payload(q, "m3") == "payload 3" and _payload(q, "k1") == "new"
+    # replace with ids that exist: their partitions' shares take push.lua's general code (the
+    # fast path deleted what it had written there); the others stay on the fast path.
+    replaced = [Message("m3", "replaced"), Message("r1", "r"), Message("m7", "replaced"),
+                Message("r2", "r", ttl_ms=60_000)]
+    assert q.push(replaced) == ["m3", "r1", "m7", "r2"]
+    assert _payload(q, "m3") == "replaced" and _payload(q, "r2") == "r"
+    assert q.size() == 84
+    # NOSCRIPT: nothing ran; the general path loads push_parts and sends it again.
+    redis.Redis.from_url(redis_server.url).script_flush()
+    again = _spread(q, "n")
+    assert q.push(again) == [m.id for m in again]
+    assert q.size() == 124
+    got = {m.id for m in q.pop(200)}
+    assert got == {m.id for m in warm + batch + again} | {"k1", "k2", "r1", "r2"}

@@ -47,16 +47,21 @@ class Producing(QueueState):
         ``Sender.script`` yields) and the reply is decoded as it decodes it;
         ``tests/test_push_paths.py`` runs both on each of these conditions. ``shards``: see
         :meth:`push_validated`. Raises QueueClosedError for a closed queue."""
-        if (not batch or len(batch) > SCRIPT_BATCH or self.settings.write_quorum
-                or self.detached or not self._first_checks_done()
-                or (self.zones is not None and not self.zones.registered(self.name))):
+        if not self.one_call(len(batch)):
             return None
         self.check_open()
-        command = self.sender.script_command(QUORUM, "push", self._life_keys,
-                                             self._push_args(if_exists, batch, shards),
+        command = self.sender.script_command(QUORUM, "push", self.life_keys,
+                                             self.push_args(if_exists, batch, shards),
                                              merge=_PUSH_MERGE)
-        return CommandOp(command, lambda reply: self._pushed(batch, [reply]),
+        return CommandOp(command, lambda reply: self.pushed(batch, [reply]),
                          lambda: self.push_validated(batch, if_exists, shards))
+
+    def one_call(self, count: int) -> bool:
+        """Whether the general path's push of ``count`` validated messages is one push.lua
+        call and nothing else (:meth:`push_call`'s conditions)."""
+        return not (not count or count > SCRIPT_BATCH or self.settings.write_quorum
+                    or self.detached or not self._first_checks_done()
+                    or (self.zones is not None and not self.zones.registered(self.name)))
 
     def ensure(self, message: Message) -> Op[bool]:
         (message,) = self.validate_batch([message])
@@ -79,10 +84,20 @@ class Producing(QueueState):
             message.validate(limit)
         return batch
 
-    def _push_args(self, mode: str, batch: list[Message],
-                   shards: list[int] | None = None) -> list[Any]:
+    @property
+    def life_keys(self) -> list[str]:
+        """push.lua's KEYS (and every lifecycle script's): QueueKeys.lifecycle_keys()."""
+        return self._life_keys
+
+    def push_args(self, mode: str, batch: list[Message],
+                  shards: list[int] | None = None) -> list[Any]:
         """push.lua's ARGV: now, mode, then 9 per message (``shards``: see push_validated)."""
-        args: list[Any] = [self._now_arg(), mode]
+        return self.push_values([self._now_arg(), mode], batch, shards)
+
+    def push_values(self, args: list[Any], batch: list[Message],
+                    shards: list[int] | None = None) -> list[Any]:
+        """``args``, extended with push.lua's 9 values of each message of ``batch`` (after now
+        and mode: see push_args)."""
         placed = iter(shards) if shards is not None else None
         for m in batch:
             shard = self.shard_index(m) if placed is None else next(placed)
@@ -106,8 +121,8 @@ class Producing(QueueState):
             raise ConfigurationError(
                 f"sharding strategy chose shard {shard!r}, not one of {self.shards}") from None
 
-    def _pushed(self, batch: list[Message], replies: list[Any]) -> list[str]:
-        """The ids pushed, from push.lua's replies; tells the events."""
+    def pushed(self, batch: list[Message], replies: list[Any]) -> list[str]:
+        """The ids of ``batch`` pushed, from push.lua's replies to it; tells the events."""
         ids = ids_pushed(batch, replies)
         self.events(self.name, "pushed", len(ids))
         return ids
@@ -116,7 +131,7 @@ class Producing(QueueState):
               shards: list[int] | None = None) -> Op[list[str]]:
         """Push ``batch`` (push.lua, ``mode``: replace, keep or ensure); the ids pushed
         (``shards``: see :meth:`push_validated`)."""
-        args = self._push_args(mode, batch, shards)
+        args = self.push_args(mode, batch, shards)
         if self.zones is not None and not self.zones.registered(self.name):
             # Before the data, so a queue that holds messages is always in the registry.
             yield from self.guard(operation, self.keys.message_hash,
@@ -125,7 +140,7 @@ class Producing(QueueState):
             # Concurrent pushes may join into one script call (the asyncio driver's
             # auto-pipelining; up to SCRIPT_BATCH messages); each still gets its own flags.
             reply = yield from self._write_one(operation, "push", args, merge=_PUSH_MERGE)
-            return self._pushed(batch, [reply])
+            return self.pushed(batch, [reply])
         step = SCRIPT_BATCH * 9
         chunks = [args[i:i + step] for i in range(2, len(args), step)]
         # The first chunk fixes "now" for the whole batch; the rest reuse it.
@@ -134,4 +149,4 @@ class Producing(QueueState):
         now = first[0][0]
         replies = first + (yield from self._write(
             operation, "push", [(self._life_keys, [str(now), mode, *c]) for c in chunks[1:]]))
-        return self._pushed(batch, replies)
+        return self.pushed(batch, replies)

@@ -64,7 +64,7 @@ class Scheduling(QueueState):
         keys = [self.keys.ticks, *self._life_keys]
         pushed = 0
         for i in range(0, len(messages), SCRIPT_BATCH):
-            args = self._push_args("keep", messages[i:i + SCRIPT_BATCH])  # type: ignore[attr-defined]
+            args = self.push_args("keep", messages[i:i + SCRIPT_BATCH])  # type: ignore[attr-defined]
             reply = yield from self._script("run_schedules", self.keys.ticks, "tick", keys,
                                             [forget_below, *args])
             pushed += sum(int(flag) for flag in reply[1:])

@@ -98,6 +98,16 @@ def partition_of_message(message: Message, count: int) -> int:
     return partition_of_id(message.id, message.group, count)
 
 
+def partitions_of_messages(batch: list[Message], count: int) -> list[int]:
+    """:func:`partition_of_message` of each message of ``batch``, in one pass (a producer's
+    batched push routes every message: the calls of the function per message cost it ~0.2 us
+    a message); ``tests/test_partitions.py`` checks that both agree."""
+    if count <= 1:
+        return [0] * len(batch)
+    crc32 = zlib.crc32
+    return [crc32((m.id if m.group is None else m.group).encode()) % count for m in batch]
+
+
 def partition_keys(keys: QueueKeys, count: int) -> list[QueueKeys]:
     """The keys of each of a queue's ``count`` partitions, in partition order, given its
     one-partition keys (``[keys]`` itself when ``count`` is 1): what a reader that walks the

@@ -341,13 +341,59 @@ if #args == 2 then return {0} end
 return push(keys, args)
 """
 
+#: ``push_parts``: push.lua for several partitions of a queue whose keys are all on one server
+#: (not a Cluster, not a proxy), in one call instead of one per partition: on one server a
+#: partitioned queue's batched push paid each partition's call (~10 us of the server's and the
+#: client's each) for a share of ~12 messages of a 100-message batch. Each partition takes
+#: push.lua's fast path (``push_fast``, the text before its ``-- @fast-end`` line) in place on
+#: the call's KEYS and ARGV; only one it does not serve gets copies of its own for push.lua's
+#: general code (copying costs the server ~0.6 us a message).
+_FAST_END = "\n-- @fast-end\n"
+_PARTS = """-- push_parts: push.lua on each of several partitions of one queue, in one call.
+-- KEYS: each partition's push.lua KEYS (QueueKeys.lifecycle_keys()) in turn, ARGV[3] each.
+-- ARGV: [1] now override in epoch ms or '' for server TIME, [2] mode (push.lua's), [3] the
+--       number of KEYS per partition, then per partition its message count n (> 0) and
+--       push.lua's 9 values for each of its n messages.
+-- Returns: each partition's push.lua reply, in turn; every partition after the first takes the
+-- first's now (one clock for the call, as for one partition).
+-- push.lua up to its fast path (push_fast), then push.lua whole (the general code):
+%s
+local function push(KEYS, ARGV)
+%s
+end
+local width, out, now, mode = tonumber(ARGV[3]), {}, ARGV[1], ARGV[2]
+local at, base = 4, 0
+while at <= #ARGV do
+  local n = tonumber(ARGV[at])
+  local reply = push_fast(base, at + 1, at + 9 * n - 8, now, mode)
+  if not reply then
+    reply = push({unpack(KEYS, base + 1, base + width)},
+                 {now, mode, unpack(ARGV, at + 1, at + 9 * n)})
+  end
+  now = reply[1]
+  out[#out + 1] = reply
+  at, base = at + 1 + 9 * n, base + width
+end
+return out
+"""
+
+
+def _parts(push: str) -> str:
+    """push_parts' text from push.lua's (as :func:`source` made it)."""
+    fast, marked, _ = push.partition(_FAST_END)
+    if not marked:
+        raise IncludeError("push.lua has no '-- @fast-end' line")
+    return _PARTS % (fast, push)
+
 
 @cache
 def load(doorbell: bool = True, sharded: bool = False) -> dict[str, Script]:
     """Every script by name, with its SHA1, for one doorbell setting (see :func:`source`);
-    also ``tick``, push.lua behind a schedule's tick log."""
+    also ``tick``, push.lua behind a schedule's tick log, and ``push_parts``, push.lua on
+    several partitions in one call."""
     texts = {name: source(name, doorbell, sharded) for name in WRITE_SCRIPTS + READ_SCRIPTS}
     texts["tick"] = _TICK % texts["push"]
+    texts["push_parts"] = _parts(texts["push"])
     out = {}
     for name, text in texts.items():
         sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()

@@ -41,52 +41,53 @@ local function ring_now(key)
     redis.pcall('PUBLISH', key, '1')
   end
 end
-local FAST_NOW, FOUND, LIVE, FAST = nil, nil, false, false
-if ARGV[2] ~= 'ensure' then
-  local plain = true
-  for i = 3, #ARGV, 9 do
-    if ARGV[i + 6] ~= '' or ARGV[i + 7] ~= '' or ARGV[i + 8] ~= '' then
-      plain = false
-      break
-    end
+-- The fast path of one partition whose push.lua KEYS are KEYS[kb + 1 ..] and whose messages'
+-- 9 values start at ARGV[first], ARGV[first + 9], ... ARGV[last] (push_parts runs it on each
+-- partition of its call without copying KEYS and ARGV). now: ARGV[1]'s override ('' or nil:
+-- TIME); mode: ARGV[2]'s. Returns the reply, or nil then the general code's now (nil: not read)
+-- and what its EXISTS would count (nil: not looked) when it cannot serve the call, having
+-- written nothing that stays.
+local function push_fast(kb, first, last, now, mode)
+  if mode == 'ensure' then return nil end
+  for i = first, last, 9 do
+    if ARGV[i + 6] ~= '' or ARGV[i + 7] ~= '' or ARGV[i + 8] ~= '' then return nil end
   end
-  if plain then
-    -- A stored policy without TTL or strict priority changes nothing a push of new ids does
-    -- (a policy is stored by every process given one, and by every partitioned queue).
-    local stored = redis.call('GET', KEYS[3])
-    if not stored or (string.find(stored, '"ttl":0,', 1, true)
-                      and string.find(stored, '"strict":0', 1, true)) then
-      -- ended, dead, groupof, life, born (lifecycle_keys' order)
-      local others = redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[2], KEYS[14])
-      -- the same without life: only delivery records (LIVE: new ids' leftovers go)
-      LIVE = others ~= 0 and redis.call('EXISTS', KEYS[6], KEYS[4], KEYS[10], KEYS[14]) == 0
-      -- FAST: nothing but records, if that; FOUND counts the policy too, as the code below
-      -- counts it when an existing id sends the call there
-      FAST = others == 0 or LIVE
-      FOUND = others + (stored and 1 or 0)
-    end
+  -- A stored policy without TTL or strict priority changes nothing a push of new ids does
+  -- (a policy is stored by every process given one, and by every partitioned queue).
+  local stored = redis.call('GET', KEYS[kb + 3])
+  if stored and not (string.find(stored, '"ttl":0,', 1, true)
+                     and string.find(stored, '"strict":0', 1, true)) then
+    return nil
   end
-end
-if FAST then
-  if ARGV[1] ~= '' then
-    FAST_NOW = tonumber(ARGV[1])
+  -- ended, dead, groupof, life, born (lifecycle_keys' order)
+  local others = redis.call('EXISTS', KEYS[kb + 6], KEYS[kb + 4], KEYS[kb + 10], KEYS[kb + 2],
+                            KEYS[kb + 14])
+  -- the same without life: only delivery records (live: new ids' leftovers go)
+  local live = others ~= 0 and redis.call('EXISTS', KEYS[kb + 6], KEYS[kb + 4],
+                                          KEYS[kb + 10], KEYS[kb + 14]) == 0
+  -- found counts the policy too, as the general code counts it when an existing id sends
+  -- the call there
+  local found = others + (stored and 1 or 0)
+  if others ~= 0 and not live then return nil, nil, found end
+  if now ~= nil and now ~= '' then
+    now = tonumber(now)
   else
     local t = redis.call('TIME')
-    FAST_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
-  local now, msg, keep = FAST_NOW, KEYS[1], ARGV[2] == 'keep'
+  local msg, keep = KEYS[kb + 1], mode == 'keep'
   -- The queue score of the message whose fields start at ARGV[i]: due ms + priority / 100.
   local function score_at(i)
     local due = now + tonumber(ARGV[i + 2])
     if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
     return due + tonumber(ARGV[i + 3]) / 100
   end
-  if #ARGV == 11 then  -- one message
-    local id = ARGV[3]
-    if redis.call('HSETNX', msg, id, ARGV[4]) == 1 then
-      if LIVE then redis.call('HDEL', KEYS[2], id) end
-      local key = KEYS[16 + tonumber(ARGV[7])]
-      redis.call('ZADD', key, score_at(3), id)
+  if first == last then  -- one message
+    local id = ARGV[first]
+    if redis.call('HSETNX', msg, id, ARGV[first + 1]) == 1 then
+      if live then redis.call('HDEL', KEYS[kb + 2], id) end
+      local key = KEYS[kb + 16 + tonumber(ARGV[first + 4])]
+      redis.call('ZADD', key, score_at(first), id)
       -- It rings when the message is now the shard's first: ZRANK's integer costs ~5 us less
       -- than reading the first score before (a score comes back as text, formatted by the
       -- server and parsed again here). Unlike wait_in, a tie with the first score whose id
@@ -98,55 +99,55 @@ if FAST then
     elseif keep then
       return {now, 0}
     end
-  else
-    local out, added, n = {now}, {}, 1
-    for i = 3, #ARGV, 9 do
-      n = n + 1
-      if redis.call('HSETNX', msg, ARGV[i], ARGV[i + 1]) == 1 then
-        out[n] = 1
-        added[#added + 1] = ARGV[i]
-      elseif keep then
-        out[n] = 0
-      else
-        if #added > 0 then redis.call('HDEL', msg, unpack(added)) end
-        out = nil
-        break
-      end
-    end
-    if out then
-      if LIVE and #added > 0 then redis.call('HDEL', KEYS[2], unpack(added)) end
-      -- one ZADD per shard; the doorbell rings when the shard's earliest score drops
-      local adds, low = {}, {}
-      n = 1
-      for i = 3, #ARGV, 9 do
-        n = n + 1
-        if out[n] == 1 then
-          local s = tonumber(ARGV[i + 4])
-          local score = score_at(i)
-          local add = adds[s]
-          if not add then
-            add = {}
-            adds[s] = add
-            low[s] = score
-          elseif score < low[s] then
-            low[s] = score
-          end
-          add[#add + 1] = score
-          add[#add + 1] = ARGV[i]
-        end
-      end
-      for s, add in pairs(adds) do
-        local key = KEYS[16 + s]
-        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-        redis.call('ZADD', key, unpack(add))
-        if DOORBELL and (not first or low[s] < tonumber(first)) then
-          ring_now(key)
-        end
-      end
-      return out
+    return nil, now, found
+  end
+  local out, added, n = {now}, {}, 1
+  for i = first, last, 9 do
+    n = n + 1
+    if redis.call('HSETNX', msg, ARGV[i], ARGV[i + 1]) == 1 then
+      out[n] = 1
+      added[#added + 1] = ARGV[i]
+    elseif keep then
+      out[n] = 0
+    else
+      if #added > 0 then redis.call('HDEL', msg, unpack(added)) end
+      return nil, now, found
     end
   end
+  if live and #added > 0 then redis.call('HDEL', KEYS[kb + 2], unpack(added)) end
+  -- one ZADD per shard; the doorbell rings when the shard's earliest score drops
+  local adds, low = {}, {}
+  n = 1
+  for i = first, last, 9 do
+    n = n + 1
+    if out[n] == 1 then
+      local s = tonumber(ARGV[i + 4])
+      local score = score_at(i)
+      local add = adds[s]
+      if not add then
+        add = {}
+        adds[s] = add
+        low[s] = score
+      elseif score < low[s] then
+        low[s] = score
+      end
+      add[#add + 1] = score
+      add[#add + 1] = ARGV[i]
+    end
+  end
+  for s, add in pairs(adds) do
+    local key = KEYS[kb + 16 + s]
+    local first_score = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    redis.call('ZADD', key, unpack(add))
+    if DOORBELL and (not first_score or low[s] < tonumber(first_score)) then
+      ring_now(key)
+    end
+  end
+  return out
 end
+-- @fast-end
+local FAST_REPLY, FAST_NOW, FOUND = push_fast(0, 3, #ARGV - 8, ARGV[1], ARGV[2])
+if FAST_REPLY then return FAST_REPLY end
 -- @prelude
 local k = lifecycle_keys()
 local now = now_ms(FAST_NOW or ARGV[1])

@@ -9,8 +9,9 @@ from functools import partial
 from typing import Any, cast
 
 from ...model.message import Message
-from ...model.partitions import partition_of_message
+from ...model.partitions import partitions_of_messages
 from ..requests import QUORUM, Batch, Command, CommandOp, Op, Replay, Run
+from ..shared import SCRIPT_BATCH
 from ..together import together
 from .shared import PartitionedState
 
@@ -30,6 +31,9 @@ class SplitPush(PartitionedState):
         shares = self._shares(batch)
         if self._checked:
             parts = self.parts
+            if (self._one_server and len(shares) > 1 and len(batch) <= SCRIPT_BATCH
+                    and all(parts[k].one_call(len(share[0])) for k, share in shares)):
+                return self._push_together(batch, if_exists, shares)
             calls = [parts[k].push_call(share[0], if_exists, share[1]) for k, share in shares]
             if None not in calls:
                 ready = cast(list[CommandOp[list[str]]], calls)
@@ -40,6 +44,44 @@ class SplitPush(PartitionedState):
                                  partial(self._pushed, batch, ready),
                                  partial(self._push_shares, batch, if_exists, shares))
         return self._checked_op("push", self._push_shares(batch, if_exists, shares))
+
+    @property
+    def _one_server(self) -> bool:
+        """Whether every partition's keys are on one server, so one script may touch several
+        partitions: not a Cluster (each partition has its own slot), not a proxy that routes
+        each call by its first key (Dynomite: ``eval_scripts``)."""
+        return not self.settings.cluster and not self.settings.eval_scripts
+
+    def _push_together(self, batch: list[Message], if_exists: str,
+                       shares: list[tuple[int, tuple[list[Message], list[int]]]]
+                       ) -> CommandOp[list[str]]:
+        """Every partition's share as one ``push_parts`` call (push.lua on each partition in
+        turn, one server, one round trip, one clock): when each share would be one push.lua
+        call (Producing.one_call) and the batch is at most SCRIPT_BATCH messages."""
+        parts = self.parts
+        first = parts[shares[0][0]]
+        keys: list[str] = []
+        args = first.push_args(if_exists, [])
+        args.append(len(first.life_keys))
+        for k, (messages, shard_indices) in shares:
+            part = parts[k]
+            keys += part.life_keys
+            args.append(len(messages))
+            part.push_values(args, messages, shard_indices)
+        command = first.sender.script_command(QUORUM, "push_parts", keys, args)
+
+        def done(replies: list[Any]) -> list[str]:
+            return _in_input_order(batch, [
+                parts[k].pushed(messages, [reply])
+                for (k, (messages, _)), reply in zip(shares, replies, strict=True)])
+
+        def op() -> Op[list[str]]:
+            # The command first (CommandOp's contract); NOSCRIPT, retries and typed errors as
+            # for any write script of the first share's partition (its first call is done).
+            return done((yield from first.guard("push", keys[0], first.sender.script(
+                QUORUM, "push_parts", keys, args, idempotent=True))))
+
+        return CommandOp(command, done, op)
 
     def push_validated(self, batch: list[Message], if_exists: str) -> Op[list[str]]:
         """The general split push of a validated batch."""
@@ -54,10 +96,9 @@ class SplitPush(PartitionedState):
         chosen here, in input order and before anything is written, so the sharding strategy
         sees the batch as on a queue of one partition (round robin: m0 in a, m1 in b, ...)
         and an unknown shard it returns writes nothing."""
-        place, count = self.base.shard_index, self.count
+        place = self.base.shard_index
         shares: dict[int, tuple[list[Message], list[int]]] = {}
-        for m in batch:
-            k = partition_of_message(m, count)
+        for m, k in zip(batch, partitions_of_messages(batch, self.count), strict=True):
             share = shares.get(k)
             if share is None:
                 share = shares[k] = ([], [])
