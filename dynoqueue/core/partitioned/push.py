@@ -71,9 +71,9 @@ class SplitPush(PartitionedState):
         command = first.sender.script_command(QUORUM, "push_parts", keys, args)
 
         def done(replies: list[Any]) -> list[str]:
-            return _in_input_order(batch, [
-                parts[k].pushed(messages, [reply])
-                for (k, (messages, _)), reply in zip(shares, replies, strict=True)])
+            # The replies' flags follow the shares' messages in turn: decoded as one call's.
+            return _in_input_order(batch, [first.pushed(
+                [m for _, (messages, _) in shares for m in messages], replies)])
 
         def op() -> Op[list[str]]:
             # The command first (CommandOp's contract); NOSCRIPT, retries and typed errors as
