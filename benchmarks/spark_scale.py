@@ -23,6 +23,7 @@ into ``--partitions`` is compared with the write into 1 partition (the issue's g
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -37,6 +38,19 @@ def _redis_cpu(primaries: list[Any]) -> list[float]:
             for info in (server.info("cpu") for server in primaries)]
 
 
+def _machine_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat (None elsewhere):
+    a write that keeps every core busy is bound by the machine, whatever the layout."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [float(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
 def measure(spark: Any, rc: Any, rows: int, partitions: int, slices: int, run: int,
             read: bool) -> dict[str, Any]:
     """Write ``rows`` rows into a fresh queue of ``partitions`` partitions (and read them back
@@ -48,15 +62,22 @@ def measure(spark: Any, rc: Any, rows: int, partitions: int, slices: int, run: i
                "keyPrefix": "sparkscale", "partitions": str(partitions)}
     frame = spark.range(0, rows, 1, slices).selectExpr("concat('m', id) AS id",
                                                         "'x' AS payload")
-    cpu_before = _redis_cpu(rc.primaries)
+    cpu_before, machine_before = _redis_cpu(rc.primaries), _machine_cpu()
     started = time.perf_counter()
     frame.write.format("dynoqueue").options(**options).mode("append").save()
     write_s = time.perf_counter() - started
+    machine_after = _machine_cpu()
     cpu = [after - before for after, before in zip(_redis_cpu(rc.primaries), cpu_before,
                                                    strict=True)]
     result: dict[str, Any] = {"partitions": partitions, "write_s": write_s,
                               "write_rate": rows / write_s, "redis_cpu_s": sum(cpu),
-                              "busiest": max(cpu) / write_s}
+                              "busiest": max(cpu) / write_s,
+                              "machine_busy": None, "cpu_us_per_row": None}
+    if machine_before is not None and machine_after is not None:
+        busy = machine_after[0] - machine_before[0]
+        total = machine_after[1] - machine_before[1]
+        result.update(machine_busy=busy / total if total else None,
+                      cpu_us_per_row=busy / rows * 1e6)
     if read:
         started = time.perf_counter()
         frame = spark.read.format("dynoqueue").options(**options).load()
@@ -113,6 +134,13 @@ def report(rows: int, results: list[dict[str, Any]], workers: int) -> str:
     for r in results:
         lines.append(f"write rates into {r['partitions']} partition(s), in run order: "
                      + ", ".join(f"{rate:,.0f}" for rate in r["rates"]))
+    for r in results:
+        if r.get("machine_busy") is not None:
+            # Every process's CPU (executors, JVMs, Redis): at ~100% busy the write is bound by
+            # the machine's cores, and N partitions can only go faster with more of them.
+            lines.append(f"machine while writing into {r['partitions']} partition(s): "
+                         f"{r['machine_busy']:.0%} of {os.cpu_count()} cores busy, "
+                         f"{r['cpu_us_per_row']:.1f} CPU us per row (all processes)")
     many, one = results[0], results[-1]
     lines.append(f"write into {many['partitions']} partitions: "
                  f"{many['write_rate'] / one['write_rate']:.2f}x the write into 1")
