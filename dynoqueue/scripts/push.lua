@@ -76,18 +76,14 @@ local function push_fast(kb, first, last, now, mode)
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   local msg, keep = KEYS[kb + 1], mode == 'keep'
-  -- The queue score of the message whose fields start at ARGV[i]: due ms + priority / 100.
-  local function score_at(i)
-    local due = now + tonumber(ARGV[i + 2])
-    if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
-    return due + tonumber(ARGV[i + 3]) / 100
-  end
   if first == last then  -- one message
     local id = ARGV[first]
     if redis.call('HSETNX', msg, id, ARGV[first + 1]) == 1 then
       if live then redis.call('HDEL', KEYS[kb + 2], id) end
       local key = KEYS[kb + 16 + tonumber(ARGV[first + 4])]
-      redis.call('ZADD', key, score_at(first), id)
+      local due = now + tonumber(ARGV[first + 2])
+      if ARGV[first + 5] ~= '' then due = math.max(now, tonumber(ARGV[first + 5])) end
+      redis.call('ZADD', key, due + tonumber(ARGV[first + 3]) / 100, id)
       -- It rings when the message is now the shard's first: ZRANK's integer costs ~5 us less
       -- than reading the first score before (a score comes back as text, formatted by the
       -- server and parsed again here). Unlike wait_in, a tie with the first score whose id
@@ -101,42 +97,47 @@ local function push_fast(kb, first, last, now, mode)
     end
     return nil, now, found
   end
-  local out, added, n = {now}, {}, 1
+  -- Each new id is stored, then its score (due ms + priority / 100) joins its shard's one ZADD
+  -- (adds[s]: score, id, ...; low[s]: the lowest), in one pass; no closure, no second loop.
+  local out, adds, low, n = {now}, {}, {}, 1
   for i = first, last, 9 do
     n = n + 1
-    if redis.call('HSETNX', msg, ARGV[i], ARGV[i + 1]) == 1 then
+    local id = ARGV[i]
+    if redis.call('HSETNX', msg, id, ARGV[i + 1]) == 1 then
       out[n] = 1
-      added[#added + 1] = ARGV[i]
+      local due = now + tonumber(ARGV[i + 2])
+      if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
+      local score = due + tonumber(ARGV[i + 3]) / 100
+      local s = tonumber(ARGV[i + 4])
+      local add = adds[s]
+      if not add then
+        adds[s] = {score, id}
+        low[s] = score
+      else
+        if score < low[s] then low[s] = score end
+        add[#add + 1] = score
+        add[#add + 1] = id
+      end
     elseif keep then
       out[n] = 0
     else
-      if #added > 0 then redis.call('HDEL', msg, unpack(added)) end
+      -- replace of an existing id: the general code, from nothing written
+      local stored_ids = {}
+      for _, add in pairs(adds) do
+        for j = 2, #add, 2 do stored_ids[#stored_ids + 1] = add[j] end
+      end
+      if #stored_ids > 0 then redis.call('HDEL', msg, unpack(stored_ids)) end
       return nil, now, found
     end
   end
-  if live and #added > 0 then redis.call('HDEL', KEYS[kb + 2], unpack(added)) end
   -- one ZADD per shard; the doorbell rings when the shard's earliest score drops
-  local adds, low = {}, {}
-  n = 1
-  for i = first, last, 9 do
-    n = n + 1
-    if out[n] == 1 then
-      local s = tonumber(ARGV[i + 4])
-      local score = score_at(i)
-      local add = adds[s]
-      if not add then
-        add = {}
-        adds[s] = add
-        low[s] = score
-      elseif score < low[s] then
-        low[s] = score
-      end
-      add[#add + 1] = score
-      add[#add + 1] = ARGV[i]
-    end
-  end
   for s, add in pairs(adds) do
     local key = KEYS[kb + 16 + s]
+    if live then
+      local ids = {}
+      for j = 2, #add, 2 do ids[#ids + 1] = add[j] end
+      redis.call('HDEL', KEYS[kb + 2], unpack(ids))
+    end
     local first_score = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
     redis.call('ZADD', key, unpack(add))
     if DOORBELL and (not first_score or low[s] < tonumber(first_score)) then
