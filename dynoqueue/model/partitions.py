@@ -83,7 +83,8 @@ def partition_tags(queue: str, count: int) -> tuple[str, ...]:
 
 def partition_of(text: str, count: int) -> int:
     """The partition (0-based) of a message id or group name among ``count``: CRC32 of its
-    UTF-8 bytes modulo ``count``. The one place the routing rule is written."""
+    UTF-8 bytes modulo ``count``. The routing rule; :func:`partitions_of_messages` writes it
+    once more for a whole batch (a test checks that both agree)."""
     return zlib.crc32(text.encode()) % count if count > 1 else 0
 
 

@@ -41,6 +41,20 @@ local function ring_now(key)
     redis.pcall('PUBLISH', key, '1')
   end
 end
+-- The queue score of the message whose fields start at ARGV[i]: due ms + priority / 100.
+local function score_at(now, i)
+  local due = now + tonumber(ARGV[i + 2])
+  if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
+  return due + tonumber(ARGV[i + 3]) / 100
+end
+-- The ids of a fast path's adds (shard -> {score, id, score, id, ...}).
+local function added_ids(adds)
+  local ids = {}
+  for _, add in pairs(adds) do
+    for j = 2, #add, 2 do ids[#ids + 1] = add[j] end
+  end
+  return ids
+end
 -- The fast path of one partition whose push.lua KEYS are KEYS[kb + 1 ..] and whose messages'
 -- 9 values start at ARGV[first], ARGV[first + 9], ... ARGV[last] (push_parts runs it on each
 -- partition of its call without copying KEYS and ARGV). now: ARGV[1]'s override ('' or nil:
@@ -81,9 +95,7 @@ local function push_fast(kb, first, last, now, mode)
     if redis.call('HSETNX', msg, id, ARGV[first + 1]) == 1 then
       if live then redis.call('HDEL', KEYS[kb + 2], id) end
       local key = KEYS[kb + 16 + tonumber(ARGV[first + 4])]
-      local due = now + tonumber(ARGV[first + 2])
-      if ARGV[first + 5] ~= '' then due = math.max(now, tonumber(ARGV[first + 5])) end
-      redis.call('ZADD', key, due + tonumber(ARGV[first + 3]) / 100, id)
+      redis.call('ZADD', key, score_at(now, first), id)
       -- It rings when the message is now the shard's first: ZRANK's integer costs ~5 us less
       -- than reading the first score before (a score comes back as text, formatted by the
       -- server and parsed again here). Unlike wait_in, a tie with the first score whose id
@@ -97,17 +109,15 @@ local function push_fast(kb, first, last, now, mode)
     end
     return nil, now, found
   end
-  -- Each new id is stored, then its score (due ms + priority / 100) joins its shard's one ZADD
-  -- (adds[s]: score, id, ...; low[s]: the lowest), in one pass; no closure, no second loop.
+  -- Each new id is stored, then its score joins its shard's one ZADD (adds[s]: score, id, ...;
+  -- low[s]: the lowest), in one pass.
   local out, adds, low, n = {now}, {}, {}, 1
   for i = first, last, 9 do
     n = n + 1
     local id = ARGV[i]
     if redis.call('HSETNX', msg, id, ARGV[i + 1]) == 1 then
       out[n] = 1
-      local due = now + tonumber(ARGV[i + 2])
-      if ARGV[i + 5] ~= '' then due = math.max(now, tonumber(ARGV[i + 5])) end
-      local score = due + tonumber(ARGV[i + 3]) / 100
+      local score = score_at(now, i)
       local s = tonumber(ARGV[i + 4])
       local add = adds[s]
       if not add then
@@ -122,22 +132,18 @@ local function push_fast(kb, first, last, now, mode)
       out[n] = 0
     else
       -- replace of an existing id: the general code, from nothing written
-      local stored_ids = {}
-      for _, add in pairs(adds) do
-        for j = 2, #add, 2 do stored_ids[#stored_ids + 1] = add[j] end
-      end
-      if #stored_ids > 0 then redis.call('HDEL', msg, unpack(stored_ids)) end
+      local ids = added_ids(adds)
+      if #ids > 0 then redis.call('HDEL', msg, unpack(ids)) end
       return nil, now, found
     end
+  end
+  if live then
+    local ids = added_ids(adds)
+    if #ids > 0 then redis.call('HDEL', KEYS[kb + 2], unpack(ids)) end
   end
   -- one ZADD per shard; the doorbell rings when the shard's earliest score drops
   for s, add in pairs(adds) do
     local key = KEYS[kb + 16 + s]
-    if live then
-      local ids = {}
-      for j = 2, #add, 2 do ids[#ids + 1] = add[j] end
-      redis.call('HDEL', KEYS[kb + 2], unpack(ids))
-    end
     local first_score = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
     redis.call('ZADD', key, unpack(add))
     if DOORBELL and (not first_score or low[s] < tonumber(first_score)) then
